@@ -1,0 +1,193 @@
+"""The config schema. Hydra composes YAML from `configs/`; this schema types it.
+
+Every composed config is merged onto `ExperimentConfig`, so a misspelt or unknown
+key fails at once with one message naming it (see `validate`). Free-form blocks
+(`env.options`) are checked by the component that owns them.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
+class ModelConfig:
+    path: str = "embedded:smollm2-135m-instruct"  # embedded:NAME, a hub id, or a local HF folder
+    dtype: str = "bfloat16"  # weights for generation and (LoRA) frozen base
+    train_dtype: str = "float32"  # trainable weights (full fine-tuning master copy / adapters)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 128
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf | vllm | openai
+    strategy: str = "tree"  # tree (AT-GRPO) | flat (K independent episodes)
+    k: int = 4  # candidates per (problem, turn, agent)
+    batch_size: int = 4  # problems per training step
+    max_prompt_tokens: int = 1024  # longer prompts are truncated from the left
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    env_workers: int = 2  # threads stepping env branches (sandbox work runs in subprocesses)
+    engine_options: dict[str, Any] = field(default_factory=dict)  # backend-specific
+
+
+@dataclass
+class EnvConfig:
+    name: str = "math"
+    max_turns: int = 2
+    data: str = ""  # dataset folder name under data_root; defaults to the env's own
+    data_root: str = "datasets"
+    train_limit: Optional[int] = None
+    test_limit: Optional[int] = None
+    options: dict[str, Any] = field(default_factory=dict)  # checked by the env's constructor
+
+
+@dataclass
+class RewardConfig:
+    team_weight: float = 1.0
+    local_weight: float = 0.0
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "at_grpo"
+    advantage: str = "grpo"  # grpo | agent_norm (Dr. MAS) | mean_only (Dr. GRPO)
+    group_by: list[str] = field(default_factory=lambda: ["problem", "turn", "agent"])
+    eps: float = 1e-6
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip_c: Optional[float] = 3.0  # None disables dual clip
+    kl_coef: float = 0.0  # KL to the initial policy (low_var_kl); 0 disables
+    entropy_coef: float = 0.0
+    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean
+    ppo_epochs: int = 1
+    mini_batches: int = 1  # optimizer steps per epoch
+    old_logprobs: str = "recompute"  # recompute | engine
+
+
+@dataclass
+class PolicyConfig:
+    """One trainable policy. Unset fields fall back to `model` and `trainer`."""
+    base: Optional[str] = None  # model path; None means model.path
+    lora: Optional[LoraConfig] = None  # None means model.lora
+    lr: Optional[float] = None  # None means trainer.lr
+    weight_decay: Optional[float] = None
+    offload: bool = False  # keep off the hot path while idle (L3)
+
+
+@dataclass
+class PhaseConfig:
+    start_step: int = 0
+    train_policies: list[str] = field(default_factory=list)  # empty means all
+
+
+@dataclass
+class TrainerConfig:
+    backend: str = "local"  # local | ray | verl
+    total_steps: int = 20
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 0
+    lr_schedule: str = "cosine"  # cosine | constant
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    micro_batch_size: int = 8  # sequences per forward/backward
+    logprob_chunk: int = 1024  # tokens per logits chunk (never batch x length x vocab at once)
+    save_freq: int = 0  # 0: only at the end
+    val_freq: int = 0  # 0: never during training
+    resume: str = "none"  # none | auto | PATH to a checkpoint folder
+    output_dir: str = "outputs"
+    run_name: str = ""  # empty: a timestamp
+    deterministic: bool = False
+    phases: list[PhaseConfig] = field(default_factory=list)  # freeze/unfreeze schedule
+    log_tensorboard: bool = True
+    progress_bar: bool = True
+    threads: int = 0  # torch threads; 0 keeps torch's default
+
+
+@dataclass
+class EvalConfig:
+    split: str = "test"
+    k: int = 4  # samples per problem for avg@k / pass@k
+    limit: Optional[int] = None
+    temperature: float = 0.7
+    checkpoint: str = ""  # empty: the base model
+
+
+@dataclass
+class ExperimentConfig:
+    experiment: str = "default"
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    # policy name -> policy; agent name -> policy name. Empty `policies` means one
+    # policy "shared"; empty `agents` maps every agent to the only policy (L1).
+    # agents_mode per_agent_lora / per_agent_model builds one policy per agent (L2 / L3).
+    policies: dict[str, PolicyConfig] = field(default_factory=dict)
+    agents: dict[str, str] = field(default_factory=dict)
+    agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+class ConfigError(ValueError):
+    """A config problem, with a message meant to be read by a person."""
+
+
+def _known_keys(node: Any, prefix: str = "") -> list[str]:
+    keys = []
+    if isinstance(node, DictConfig):
+        for k in node.keys():
+            full = f"{prefix}{k}"
+            keys.append(full)
+            try:
+                keys += _known_keys(node._get_node(k), full + ".")
+            except Exception:  # pragma: no cover - defensive for interpolations
+                pass
+    return keys
+
+
+def validate(cfg: Any) -> DictConfig:
+    """Merge `cfg` onto the schema; raise ConfigError naming any unknown key."""
+    schema = OmegaConf.structured(ExperimentConfig)
+    try:
+        merged = OmegaConf.merge(schema, cfg)
+        OmegaConf.to_container(merged, resolve=True)  # surface bad interpolations now
+    except ConfigKeyError as e:
+        key = getattr(e, "full_key", None) or str(e)
+        close = difflib.get_close_matches(key, _known_keys(schema), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"unknown config key '{key}'{hint}") from None
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        where = f" at '{key}'" if key else ""
+        raise ConfigError(f"invalid config{where}: {str(e).splitlines()[0]}") from None
+    OmegaConf.set_struct(merged, True)
+    return merged
