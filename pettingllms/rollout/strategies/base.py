@@ -1,0 +1,29 @@
+"""What a rollout strategy decides; the episode loop itself lives in rollout/runner.py.
+
+The runner plays *tracks*: committed lines of play, one env each. Per (turn,
+agent) it sends one request per live track (n = samples_per_request), scores
+every completion on its own deep copy of the track's env, and asks the strategy
+which branch the track continues from.
+"""
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+
+from pettingllms.envs.base import MultiAgentEnv
+
+
+class Strategy(ABC):
+    name: str = ""
+
+    @abstractmethod
+    def start(self, env: MultiAgentEnv, k: int) -> list[MultiAgentEnv]:
+        """The tracks to play for one problem, given its freshly reset env."""
+
+    @abstractmethod
+    def samples_per_request(self, k: int) -> int:
+        """Completions drawn per track for each (turn, agent)."""
+
+    @abstractmethod
+    def choose(self, rewards: list[float], rng: random.Random) -> int:
+        """Index of the branch the track continues from."""
