@@ -1,0 +1,40 @@
+"""plan_path dataset: seeded grids with obstacles and a reachable goal (BFS-checked).
+
+Each row: id, seed, tier, height, width, density, grid (JSON list of rows, '.'/'#'),
+start and goal (JSON [row, col], 0-based), solution (one shortest move string),
+optimal_moves (BFS distance).
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from pettingllms.envs.grid_common import build_splits, choose_tier
+from pettingllms.envs.plan_path.game import generate
+
+# tier -> (height, width, obstacle density, min start-goal distance, share of rows)
+TIERS = {
+    "small": (5, 5, 0.2, 3, 0.4),
+    "medium": (7, 7, 0.25, 5, 0.35),
+    "large": (10, 10, 0.3, 8, 0.25),
+}
+
+
+def make_row(gen_seed: int) -> dict[str, Any]:
+    rng = random.Random(gen_seed)
+    tier, (height, width, density, min_distance) = choose_tier(rng, TIERS)
+    rows, start, goal, path = generate(rng.randrange(2**31), height, width, density, min_distance)
+    return {"tier": tier, "height": height, "width": width, "density": density,
+            "grid": json.dumps(rows), "start": json.dumps(list(start)), "goal": json.dumps(list(goal)),
+            "solution": path, "optimal_moves": len(path)}
+
+
+def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
+          n_train: int = 1000, n_test: int = 200) -> dict[str, Any]:
+    """Write train/test parquet; procedural, so `offline` changes nothing."""
+    report = build_splits(out_dir, "plan_path", make_row, n_train=n_train, n_test=n_test, seed=seed,
+                          key=("grid", "start", "goal"))
+    report["tiers"] = {k: v[:4] for k, v in TIERS.items()}
+    return report
