@@ -1,0 +1,163 @@
+"""Token logprobs of sampled responses without batch x length x vocab logits.
+
+The transformer body runs to hidden states; only the rows that predict response
+tokens are gathered, and lm_head + log_softmax + gather (+ entropy) run over them
+in chunks of `chunk` tokens. With grad enabled each chunk runs under
+`torch.utils.checkpoint`, so backward recomputes that chunk's logits instead of
+keeping them: peak logits memory is one chunk x vocab, not batch x length x vocab.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from pettingllms.records import Sample
+
+
+@dataclass
+class PackedBatch:
+    """Right-padded [prompt + response] sequences and their response-token view."""
+    input_ids: Tensor  # [B, L]
+    attention_mask: Tensor  # [B, L]
+    prompt_lens: list[int]
+    response_lens: list[int]
+    mask: Tensor  # [B, T] float, 1 on real response tokens (T = longest response)
+    targets: Tensor  # [B, T] response token ids (0 on padding)
+    row_idx: Tensor  # [N] batch row of each response token (N = sum of response lengths)
+    col_idx: Tensor  # [N] its index within the response
+    pos_idx: Tensor  # [N] the sequence position whose hidden state predicts it
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.row_idx.numel())
+
+    def to_padded(self, flat: Tensor) -> Tensor:
+        """[N] per-token values -> [B, T] with zeros on padding (differentiable)."""
+        out = flat.new_zeros(self.mask.shape)
+        return out.index_put((self.row_idx.to(flat.device), self.col_idx.to(flat.device)), flat)
+
+    def padded_values(self, rows: Sequence[Sequence[float]], dtype=torch.float32) -> Tensor:
+        """Per-sample lists (one value per response token) -> [B, T]."""
+        out = torch.zeros(self.mask.shape, dtype=dtype)
+        for b, vals in enumerate(rows):
+            if len(vals):
+                out[b, : len(vals)] = torch.as_tensor(list(vals), dtype=dtype)
+        return out
+
+
+def pack(samples: Sequence[Sample], pad_id: int = 0) -> PackedBatch:
+    if not samples:
+        raise ValueError("pack() needs at least one sample")
+    plens = [len(s.prompt_ids) for s in samples]
+    rlens = [len(s.response_ids) for s in samples]
+    if min(plens) < 1:
+        raise ValueError("every sample needs at least one prompt token (the first response token is "
+                         "predicted from the last prompt position)")
+    B, L, T = len(samples), max(p + r for p, r in zip(plens, rlens)), max(rlens)
+    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, L), dtype=torch.long)
+    targets = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.float32)
+    rows, cols, poss = [], [], []
+    for b, s in enumerate(samples):
+        p, r = plens[b], rlens[b]
+        input_ids[b, : p + r] = torch.as_tensor(list(s.prompt_ids) + list(s.response_ids), dtype=torch.long)
+        attention_mask[b, : p + r] = 1
+        if r:
+            targets[b, :r] = torch.as_tensor(list(s.response_ids), dtype=torch.long)
+            mask[b, :r] = 1.0
+            rows.append(torch.full((r,), b, dtype=torch.long))
+            cols.append(torch.arange(r))
+            poss.append(torch.arange(p - 1, p - 1 + r))
+    empty = torch.zeros(0, dtype=torch.long)
+    return PackedBatch(
+        input_ids=input_ids, attention_mask=attention_mask, prompt_lens=plens, response_lens=rlens,
+        mask=mask, targets=targets,
+        row_idx=torch.cat(rows) if rows else empty, col_idx=torch.cat(cols) if cols else empty,
+        pos_idx=torch.cat(poss) if poss else empty)
+
+
+def _chunk_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module, temperature: float,
+                    softcap: Optional[float], with_entropy: bool):
+    logits = lm_head(hidden).float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return logp, None
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def token_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module, chunk: int,
+                   temperature: float = 1.0, softcap: Optional[float] = None,
+                   with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    """hidden [N, H], targets [N] -> logprobs [N] (and entropy [N]), `chunk` rows at a time."""
+    if chunk <= 0:
+        raise ValueError("logprob chunk must be > 0")
+    use_ckpt = torch.is_grad_enabled()
+    lps, ents = [], []
+    for start in range(0, hidden.shape[0], chunk):
+        h, t = hidden[start: start + chunk], targets[start: start + chunk]
+        if use_ckpt:
+            lp, ent = checkpoint(_chunk_logprobs, h, t, lm_head, temperature, softcap, with_entropy,
+                                 use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(h, t, lm_head, temperature, softcap, with_entropy)
+        lps.append(lp)
+        ents.append(ent)
+    if not lps:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if with_entropy else None)
+    return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
+
+
+def causal_lm_parts(model: torch.nn.Module):
+    """(body, lm_head, softcap) of a HF causal LM, or of a peft model wrapping one.
+
+    The body's LoRA layers are injected in place, so calling it runs the active adapter."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body = base.get_decoder() if hasattr(base, "get_decoder") else base.model
+    lm_head = base.get_output_embeddings()
+    softcap = getattr(base.config, "final_logit_softcapping", None)
+    return body, lm_head, softcap
+
+
+def response_logprobs(model: torch.nn.Module, batch: PackedBatch, chunk: int, temperature: float = 1.0,
+                      with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    """[B, T] logprobs of the response tokens (zeros on padding), and entropy if asked."""
+    body, lm_head, softcap = causal_lm_parts(model)
+    device = lm_head.weight.device
+    out = body(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+               use_cache=False)
+    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+    rows = hidden[batch.row_idx.to(device), batch.pos_idx.to(device)]
+    targets = batch.input_ids[batch.row_idx, batch.pos_idx + 1].to(device)
+    lp, ent = token_logprobs(rows, targets, lm_head, chunk, temperature, softcap, with_entropy)
+    return batch.to_padded(lp), (batch.to_padded(ent) if ent is not None else None)
+
+
+def full_logits_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0,
+                         with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    """The plain computation (all logits at once). Only for tests and small checks."""
+    device = next(model.parameters()).device
+    logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                   use_cache=False).logits.float().cpu()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    B, T = batch.mask.shape
+    lp = torch.zeros(B, T)
+    ent = torch.zeros(B, T)
+    per_pos = logp_all[:, :-1].gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    ent_pos = -(logp_all.exp() * logp_all).sum(-1)
+    lp = lp.index_put((batch.row_idx, batch.col_idx), per_pos[batch.row_idx, batch.pos_idx])
+    ent = ent.index_put((batch.row_idx, batch.col_idx), ent_pos[batch.row_idx, batch.pos_idx])
+    return lp, (ent if with_entropy else None)

@@ -1,0 +1,121 @@
+"""LoRA plumbing: one frozen base shared by several named adapters (L2).
+
+The base weights are never written: no merge/unmerge in place (a bf16 round trip
+would change them). Merged weights for the rollout engine are computed out of place
+as W + scaling * B @ A in fp32, then cast to the generation dtype.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from pettingllms.config import LoraConfig
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def _peft_config(lora: LoraConfig):
+    from peft import LoraConfig as PeftLoraConfig
+    return PeftLoraConfig(
+        r=int(lora.rank), lora_alpha=int(lora.alpha), lora_dropout=float(lora.dropout),
+        target_modules=list(lora.target_modules), bias="none", task_type="CAUSAL_LM")
+
+
+class SharedLoraBase:
+    """One base model in memory and a peft model holding one adapter per policy."""
+
+    def __init__(self, base_model: torch.nn.Module, base_path: str, train_dtype: torch.dtype):
+        for p in base_model.parameters():
+            p.requires_grad_(False)
+        self.base_path = base_path
+        self.train_dtype = train_dtype
+        self.peft_model = None  # created with the first adapter
+        self._base_model = base_model
+        self.adapters: list[str] = []
+
+    def add_adapter(self, name: str, lora: LoraConfig, seed: int) -> None:
+        from peft import get_peft_model
+        if name in self.adapters:
+            raise ValueError(f"adapter '{name}' already exists on {self.base_path}")
+        cfg = _peft_config(lora)
+        # Seed adapter init from (seed, name) without disturbing the caller's RNG stream.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            if self.peft_model is None:
+                self.peft_model = get_peft_model(self._base_model, cfg, adapter_name=name)
+            else:
+                self.peft_model.add_adapter(name, cfg)
+        for _, p in self.adapter_params(name):
+            p.data = p.data.to(self.train_dtype)  # fp32 adapters over a bf16 base
+        self.adapters.append(name)
+
+    def adapter_params(self, name: str) -> list[tuple[str, torch.nn.Parameter]]:
+        tag = f".{name}."
+        return [(n, p) for n, p in self.peft_model.named_parameters() if "lora_" in n and tag in n]
+
+    def base_params(self) -> list[tuple[str, torch.nn.Parameter]]:
+        return [(n, p) for n, p in self.peft_model.named_parameters() if "lora_" not in n]
+
+    def activate(self, name: str, train: bool) -> None:
+        """Make `name` the active adapter; only its weights require grad."""
+        self.peft_model.set_adapter(name)
+        for other in self.adapters:
+            for _, p in self.adapter_params(other):
+                p.requires_grad_(train and other == name)
+
+    def merged_weights(self, name: str, dtype: torch.dtype) -> dict[str, Tensor]:
+        """Plain-model state dict (HF names) of base + adapter `name`, computed out of place."""
+        from peft.tuners.lora import LoraLayer
+        base = self.peft_model.get_base_model()
+        merged: dict[str, Tensor] = {}
+        for mod_name, mod in base.named_modules():
+            if not isinstance(mod, LoraLayer):
+                continue
+            w = mod.get_base_layer().weight
+            if name in mod.lora_A:
+                a = mod.lora_A[name].weight.detach().float()
+                b = mod.lora_B[name].weight.detach().float()
+                delta = (b @ a) * float(mod.scaling[name])
+                if getattr(mod, "fan_in_fan_out", False):
+                    delta = delta.T
+                merged[f"{mod_name}.weight"] = (w.detach().float() + delta).to(dtype)
+        out: dict[str, Tensor] = {}
+        for key, value in base.state_dict().items():
+            if ".lora_" in key:
+                continue
+            plain = key.replace(".base_layer.", ".")
+            out[plain] = merged.get(plain, value.detach().to(dtype) if value.is_floating_point() else value)
+        return out
+
+    def save_adapter(self, name: str, folder: Path) -> None:
+        """A standard peft adapter folder for this one adapter (loadable by PeftModel.from_pretrained)."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+        folder.mkdir(parents=True, exist_ok=True)
+        sd = get_peft_model_state_dict(self.peft_model, adapter_name=name, save_embedding_layers=False)
+        save_file({k: v.detach().contiguous().cpu() for k, v in sd.items()}, str(folder / ADAPTER_WEIGHTS))
+        self.peft_model.peft_config[name].save_pretrained(str(folder))
+
+    def load_adapter(self, name: str, folder: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+        path = folder / ADAPTER_WEIGHTS
+        if not path.exists():
+            raise FileNotFoundError(f"no adapter weights at {path}")
+        saved_cfg = json.loads((folder / "adapter_config.json").read_text())
+        mine = self.peft_model.peft_config[name]
+        if int(saved_cfg.get("r", -1)) != int(mine.r):
+            raise ValueError(f"adapter at {folder} has rank {saved_cfg.get('r')}, policy '{name}' has {mine.r}")
+        sd = load_file(str(path))
+        result = set_peft_model_state_dict(self.peft_model, sd, adapter_name=name)
+        unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+        missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k and f".{name}." in k]
+        if unexpected or missing:
+            raise ValueError(f"adapter at {folder} does not fit policy '{name}': "
+                             f"unexpected {unexpected[:3]}, missing {missing[:3]}")
+        for _, p in self.adapter_params(name):
+            p.data = p.data.to(self.train_dtype)

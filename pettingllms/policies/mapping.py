@@ -1,0 +1,213 @@
+"""Resolve the config into policy specs and the agent -> policy map.
+
+L1, L2 and L3 are just three mappings:
+- L1: `policies` empty -> one policy "shared" that every agent uses;
+- L2: `agents_mode: per_agent_lora` -> one LoRA policy per agent, all on one base;
+- L3: `agents_mode: per_agent_model` -> one model per agent;
+- explicit `policies` + `agents` maps give any mix (two agents on one policy, a
+  third on its own; bases may differ).
+
+Unset per-policy fields fall back to `model.*` and `trainer.*`. Every spec gets a
+`model_key`: LoRA policies with the same key share one base model in memory (one
+peft model, one named adapter each); a full fine-tuned policy always owns its model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from pettingllms.config import ConfigError, LoraConfig
+
+SHARED_POLICY = "shared"
+AGENT_MODES = ("explicit", "per_agent_lora", "per_agent_model")
+
+
+@dataclass
+class PolicySpec:
+    """Everything needed to build one PolicyWorker, with fallbacks already applied."""
+    name: str
+    base: str  # model path (embedded:..., tiny:..., hub id or local folder)
+    lora: Optional[LoraConfig]  # None: full fine-tuning
+    lr: float
+    weight_decay: float
+    offload: bool = False
+    agents: list[str] = field(default_factory=list)
+    model_key: str = ""  # specs with the same key share one model in memory (LoRA on one base)
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora is not None
+
+
+@dataclass
+class PolicyPlan:
+    specs: dict[str, PolicySpec]
+    agent_policy: dict[str, str]
+
+    def agents_of(self, policy: str) -> list[str]:
+        return list(self.specs[policy].agents)
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def _lora_from(node: Any) -> LoraConfig:
+    if isinstance(node, LoraConfig):
+        return node
+    d = dict(_plain(node) or {})
+    unknown = set(d) - set(LoraConfig.__dataclass_fields__)
+    if unknown:
+        raise ConfigError(f"unknown lora keys: {sorted(unknown)}")
+    if "target_modules" in d:
+        d["target_modules"] = list(d["target_modules"])
+    return LoraConfig(**d)
+
+
+def _get(node: Any, key: str, default: Any = None) -> Any:
+    if node is None:
+        return default
+    if isinstance(node, dict):
+        return node.get(key, default)
+    return getattr(node, key, default)
+
+
+def _spec(name: str, pcfg: Any, cfg: Any, force_lora: bool = False) -> PolicySpec:
+    model, trainer = cfg.model, cfg.trainer
+    base = _get(pcfg, "base") or model.path
+    lora_node = _get(pcfg, "lora")
+    lora = _lora_from(lora_node if lora_node is not None else model.lora)
+    if force_lora:
+        lora.enabled = True
+    lr = _get(pcfg, "lr")
+    wd = _get(pcfg, "weight_decay")
+    spec = PolicySpec(
+        name=name,
+        base=str(base),
+        lora=lora if lora.enabled else None,
+        lr=float(trainer.lr if lr is None else lr),
+        weight_decay=float(trainer.weight_decay if wd is None else wd),
+        offload=bool(_get(pcfg, "offload", False)),
+    )
+    if spec.lr < 0 or spec.weight_decay < 0:
+        raise ConfigError(f"policy '{name}': lr and weight_decay must be >= 0")
+    if spec.lora is not None and spec.lora.rank <= 0:
+        raise ConfigError(f"policy '{name}': lora.rank must be > 0")
+    return spec
+
+
+def resolve_policies(cfg: Any, agents: Iterable[str]) -> PolicyPlan:
+    """Map the env's `agents` (turn order) to policy specs; raise ConfigError on any gap."""
+    agents = list(agents)
+    if not agents:
+        raise ConfigError("the env has no agents to map to policies")
+    if len(set(agents)) != len(agents):
+        raise ConfigError(f"duplicate agent names in env: {agents}")
+    mode = str(_get(cfg, "agents_mode", "explicit"))
+    if mode not in AGENT_MODES:
+        raise ConfigError(f"agents_mode must be one of {AGENT_MODES}, got '{mode}'")
+    policies_cfg = dict(_get(cfg, "policies") or {})
+    agent_map = {str(k): str(v) for k, v in dict(_get(cfg, "agents") or {}).items()}
+
+    if mode == "explicit":
+        specs, agent_policy = _explicit(cfg, agents, policies_cfg, agent_map)
+    else:
+        specs, agent_policy = _per_agent(cfg, agents, policies_cfg, agent_map, mode)
+
+    for agent, pol in agent_policy.items():
+        specs[pol].agents.append(agent)
+    idle = [name for name, s in specs.items() if not s.agents]
+    if idle:
+        raise ConfigError(f"policies {idle} have no agents mapped to them (agents: {agent_policy})")
+    _assign_model_keys(specs, per_agent_model=(mode == "per_agent_model"))
+    _check_phases(cfg, specs)
+    return PolicyPlan(specs=specs, agent_policy=agent_policy)
+
+
+def _explicit(cfg, agents, policies_cfg, agent_map):
+    if not policies_cfg:
+        specs = {SHARED_POLICY: _spec(SHARED_POLICY, None, cfg)}
+    else:
+        specs = {str(name): _spec(str(name), p, cfg) for name, p in policies_cfg.items()}
+    if not agent_map:
+        if len(specs) != 1:
+            raise ConfigError(
+                f"several policies {sorted(specs)} but no `agents:` map; map each agent "
+                f"({agents}) to a policy")
+        only = next(iter(specs))
+        return specs, {a: only for a in agents}
+    extra = sorted(set(agent_map) - set(agents))
+    if extra:
+        raise ConfigError(f"`agents:` names {extra}, which the env does not have (env agents: {agents})")
+    missing = [a for a in agents if a not in agent_map]
+    if missing:
+        raise ConfigError(f"env agents {missing} are not mapped to a policy in `agents:`")
+    for agent, pol in agent_map.items():
+        if pol not in specs:
+            raise ConfigError(
+                f"agent '{agent}' is mapped to unknown policy '{pol}' (known: {sorted(specs)})")
+    return specs, {a: agent_map[a] for a in agents}
+
+
+def _per_agent(cfg, agents, policies_cfg, agent_map, mode):
+    # One policy per agent, named after it; `policies.<agent>` may override its settings.
+    unknown = sorted(set(policies_cfg) - set(agents))
+    if unknown:
+        raise ConfigError(
+            f"agents_mode={mode}: `policies` entries {unknown} are not env agents ({agents})")
+    bad = {a: p for a, p in agent_map.items() if a != p}
+    if bad:
+        raise ConfigError(
+            f"agents_mode={mode} maps each agent to its own policy; remove `agents:` {bad} "
+            f"or use agents_mode=explicit")
+    extra = sorted(set(agent_map) - set(agents))
+    if extra:
+        raise ConfigError(f"`agents:` names {extra}, which the env does not have (env agents: {agents})")
+    force_lora = mode == "per_agent_lora"
+    specs = {a: _spec(a, policies_cfg.get(a), cfg, force_lora=force_lora) for a in agents}
+    if force_lora:
+        bases = {s.base for s in specs.values()}
+        if len(bases) > 1:
+            raise ConfigError(
+                f"agents_mode=per_agent_lora puts every adapter on one base, got bases {sorted(bases)}; "
+                f"use agents_mode=explicit for adapters on different bases")
+    return specs, {a: a for a in agents}
+
+
+def _assign_model_keys(specs: dict[str, PolicySpec], per_agent_model: bool) -> None:
+    # An offloaded policy owns its model: it can only leave memory if nobody else uses it.
+    for s in specs.values():
+        shared = s.is_lora and not per_agent_model and not s.offload
+        s.model_key = f"lora-base:{s.base}" if shared else f"own:{s.name}"
+
+
+def _check_phases(cfg: Any, specs: dict[str, PolicySpec]) -> None:
+    phases = list(_get(_get(cfg, "trainer"), "phases") or [])
+    last = None
+    for i, ph in enumerate(phases):
+        start = int(_get(ph, "start_step", 0))
+        names = list(_get(ph, "train_policies") or [])
+        unknown = sorted(set(names) - set(specs))
+        if unknown:
+            raise ConfigError(f"trainer.phases[{i}] names unknown policies {unknown} (known: {sorted(specs)})")
+        if last is not None and start <= last:
+            raise ConfigError("trainer.phases must have strictly increasing start_step")
+        last = start
+
+
+def trainable_policies(phases: Any, step: int, names: Iterable[str]) -> set[str]:
+    """Which policies train at `step`: the latest phase with start_step <= step decides;
+    an empty `train_policies` (or no phase yet) means all of them."""
+    names = list(names)
+    chosen = None
+    for ph in list(phases or []):
+        if int(_get(ph, "start_step", 0)) <= step:
+            chosen = ph
+    if chosen is None:
+        return set(names)
+    wanted = list(_get(chosen, "train_policies") or [])
+    return set(wanted) if wanted else set(names)

@@ -1,0 +1,367 @@
+"""PolicyWorker: one trainable policy (full fine-tuning or one LoRA adapter).
+
+update(samples, step) runs algorithm.ppo_epochs x algorithm.mini_batches AdamW steps
+over micro-batches with gradient accumulation. Weights that train are kept in
+model.train_dtype (fp32 master for full fine-tuning; fp32 adapters over a frozen
+base for LoRA) so small updates do not vanish in bf16 rounding; the forward pass
+runs under bf16 autocast when model.dtype is bf16.
+
+Offload (policy.offload: true, L3): after `release()` the worker writes its state
+(weights, optimizer, scheduler) to a private temp dir and drops the model; the next
+call that needs it rebuilds the model from its base and reloads that state. The
+trainer calls `release()` once the engine has the new weights.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import shutil
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from pettingllms.algorithms.loss import ppo_loss
+from pettingllms.policies.logprobs import pack, response_logprobs
+from pettingllms.policies.lora import SharedLoraBase
+from pettingllms.policies.mapping import PolicySpec
+from pettingllms.records import Sample
+from pettingllms.utils.models import load_causal_lm, torch_dtype
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_model(path: str, dtype: torch.dtype, device: torch.device | None = None) -> torch.nn.Module:
+    return load_causal_lm(path, dtype, device=str(device or default_device()))
+
+
+def lr_lambda(warmup_steps: int, total_steps: int, min_lr_ratio: float, schedule: str):
+    """Linear warmup then cosine decay to min_lr_ratio (or constant), per policy update."""
+    def f(s: int) -> float:
+        if warmup_steps > 0 and s < warmup_steps:
+            return (s + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        span = max(1, total_steps - warmup_steps)
+        progress = min(1.0, max(0.0, (s - warmup_steps) / span))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"trainer.lr_schedule must be cosine or constant, got '{schedule}'")
+    return f
+
+
+class PolicyWorker:
+    """One policy. LoRA workers on the same base share `lora_base` (L2)."""
+
+    def __init__(self, spec: PolicySpec, cfg: Any, lora_base: Optional[SharedLoraBase] = None,
+                 device: Optional[torch.device] = None):
+        self.spec, self.cfg, self.name = spec, cfg, spec.name
+        self.trainable = True
+        self.device = device or default_device()
+        self.dtype = torch_dtype(cfg.model.dtype)
+        self.train_dtype = torch_dtype(cfg.model.train_dtype)
+        self.algo, self.trainer = cfg.algorithm, cfg.trainer
+        self.seed = int(cfg.seed)
+        temp = float(cfg.rollout.sampling.temperature)
+        self.temperature = temp if temp > 0 else 1.0  # logprobs under the sampling distribution
+        self.autocast = self.dtype in (torch.bfloat16, torch.float16)
+        self.updates = 0  # update() calls that trained (drives the LR schedule)
+        self._lora_base = lora_base
+        self._owns_lora_base = False
+        self._offload_dir: Optional[Path] = None
+        self.model = self.optimizer = self.scheduler = self.ref_model = None
+        if spec.is_lora and lora_base is None:
+            self._owns_lora_base = True
+        self._build()
+
+    # ---------------------------------------------------------------- building
+    def _build(self) -> None:
+        if self.spec.is_lora:
+            if self._owns_lora_base:
+                base = load_model(self.spec.base, self.dtype, self.device)
+                self._lora_base = SharedLoraBase(base, self.spec.base, self.train_dtype)
+            self._lora_base.add_adapter(self.name, self.spec.lora, self.seed)
+            self.model = self._lora_base.peft_model
+            params = [p for _, p in self._lora_base.adapter_params(self.name)]
+        else:
+            self.model = load_model(self.spec.base, self.train_dtype, self.device)
+            params = [p for p in self.model.parameters()]
+            for p in params:
+                p.requires_grad_(True)
+            if float(self.algo.kl_coef) > 0:
+                # The initial policy is the base checkpoint: a frozen copy in the generation
+                # dtype, reloaded from the base (so a resumed run keeps the true reference).
+                self.ref_model = load_model(self.spec.base, self.dtype, self.device).eval()
+                for p in self.ref_model.parameters():
+                    p.requires_grad_(False)
+        if self.cfg.model.gradient_checkpointing:
+            target = self.model.get_base_model() if self.spec.is_lora else self.model
+            target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._params = params
+        self.optimizer = torch.optim.AdamW(
+            params, lr=self.spec.lr, betas=tuple(float(b) for b in self.trainer.betas),
+            weight_decay=self.spec.weight_decay, eps=1e-8)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(
+            int(self.trainer.warmup_steps), int(self.trainer.total_steps),
+            float(self.trainer.min_lr_ratio), str(self.trainer.lr_schedule)))
+
+    @property
+    def loaded(self) -> bool:
+        return self.model is not None
+
+    def _ensure_loaded(self) -> None:
+        if self.model is None:
+            self._build()
+            self._load_state(self._offload_dir)
+
+    def release(self) -> None:
+        """Offload policies leave memory until next used; others ignore this."""
+        if not self.spec.offload or self.model is None:
+            return
+        if self._offload_dir is None:
+            self._offload_dir = Path(tempfile.mkdtemp(prefix=f"pettingllms-offload-{self.name}-"))
+        self._save_state(self._offload_dir)
+        self.model = self.optimizer = self.scheduler = self.ref_model = None
+        self._params = []
+        if self._owns_lora_base:
+            self._lora_base = None
+        gc.collect()
+
+    def close(self) -> None:
+        if self._offload_dir is not None:
+            shutil.rmtree(self._offload_dir, ignore_errors=True)
+            self._offload_dir = None
+
+    def _activate(self, train: bool) -> None:
+        self._ensure_loaded()
+        if self.spec.is_lora:
+            self._lora_base.activate(self.name, train)
+        self.model.train(train)
+
+    def _autocast(self):
+        if not self.autocast:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    # ---------------------------------------------------------------- logprobs
+    def _pad_id(self) -> int:
+        pad = getattr(self.model.config, "pad_token_id", None)
+        return int(pad) if isinstance(pad, int) else 0
+
+    def _forward(self, samples: Sequence[Sample], with_entropy: bool = False, model=None):
+        batch = pack(samples, self._pad_id())
+        with self._autocast():
+            lp, ent = response_logprobs(model or self.model, batch, int(self.trainer.logprob_chunk),
+                                        self.temperature, with_entropy)
+        return batch, lp, ent
+
+    @torch.no_grad()
+    def _logprob_rows(self, samples: Sequence[Sample], reference: bool = False) -> list[Tensor]:
+        """Per-sample [R] logprobs, no grad, eval mode, micro-batched."""
+        self._activate(train=False)
+        rows: list[Tensor] = []
+        mb = max(1, int(self.trainer.micro_batch_size))
+        for i in range(0, len(samples), mb):
+            chunk = samples[i: i + mb]
+            if reference and self.spec.is_lora:
+                with self.model.disable_adapter():
+                    batch, lp, _ = self._forward(chunk)
+            elif reference:
+                batch, lp, _ = self._forward(chunk, model=self.ref_model)
+            else:
+                batch, lp, _ = self._forward(chunk)
+            lp = lp.float().cpu()
+            rows += [lp[b, :r] for b, r in enumerate(batch.response_lens)]
+        return rows
+
+    def logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
+        """Current-policy logprobs of each sample's response tokens."""
+        return [r.tolist() for r in self._logprob_rows(list(samples))]
+
+    # ---------------------------------------------------------------- update
+    def _check_samples(self, samples: Sequence[Sample]) -> None:
+        mine = set(self.spec.agents)
+        for s in samples:
+            if mine and s.agent not in mine:
+                raise ValueError(f"policy '{self.name}' got a sample of agent '{s.agent}'; it trains only "
+                                 f"on its own agents {sorted(mine)}")
+            if len(s.logprobs) != len(s.response_ids) and str(self.algo.old_logprobs) == "engine":
+                raise ValueError(f"sample of agent '{s.agent}' has {len(s.logprobs)} engine logprobs for "
+                                 f"{len(s.response_ids)} response tokens")
+            if not math.isfinite(float(s.advantage)):
+                raise ValueError(f"sample of agent '{s.agent}' has a non-finite advantage {s.advantage}")
+
+    def _old_logprobs(self, samples: list[Sample], metrics: dict[str, float]) -> list[Tensor]:
+        recomputed = self._logprob_rows(samples)
+        diffs = [(r - torch.tensor(s.logprobs, dtype=torch.float32)).abs()
+                 for s, r in zip(samples, recomputed) if len(s.logprobs) == len(s.response_ids)]
+        if diffs:
+            flat = torch.cat(diffs)
+            metrics["old_logprob_mismatch_mean"] = float(flat.mean())
+            metrics["old_logprob_mismatch_max"] = float(flat.max())
+        mode = str(self.algo.old_logprobs)
+        if mode == "recompute":
+            return recomputed
+        if mode == "engine":
+            return [torch.tensor(s.logprobs, dtype=torch.float32) for s in samples]
+        raise ValueError(f"algorithm.old_logprobs must be engine or recompute, got '{mode}'")
+
+    def accumulate(self, samples: list[Sample], old: list[Tensor], ref: Optional[list[Tensor]],
+                   weight: float) -> dict[str, float]:
+        """Forward + backward of one micro-batch; the loss is scaled by `weight` (its share of
+        the mini-batch), so accumulated gradients equal those of the whole mini-batch."""
+        with_entropy = float(self.algo.entropy_coef) > 0
+        batch, lp, ent = self._forward(samples, with_entropy=with_entropy)
+        dev = lp.device
+        old_t = batch.padded_values(old).to(dev)
+        ref_t = batch.padded_values(ref).to(dev) if ref is not None else None
+        adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=dev)
+        loss, m = ppo_loss(lp.float(), old_t, adv, batch.mask.to(dev), self.algo,
+                           ref_logprobs=ref_t, entropy=ent.float() if ent is not None else None)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"policy '{self.name}': non-finite loss {float(loss)}")
+        (loss * weight).backward()
+        m = dict(m)
+        m["loss"] = loss.item()
+        return m
+
+    def _micro_batches(self, idx: list[int], samples: list[Sample]) -> list[list[int]]:
+        # Sort by length so micro-batches carry little padding; the sum is order-free.
+        idx = sorted(idx, key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
+        mb = max(1, int(self.trainer.micro_batch_size))
+        return [idx[i: i + mb] for i in range(0, len(idx), mb)]
+
+    def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
+        """Train on this policy's samples; returns metrics (unprefixed)."""
+        if not self.trainable:
+            return {"frozen": 1.0}
+        samples = list(samples)
+        self._check_samples(samples)
+        samples = [s for s in samples if s.response_ids]
+        if not samples:
+            return {"num_samples": 0.0}
+        t0 = time.perf_counter()
+        metrics: dict[str, float] = {}
+        old = self._old_logprobs(samples, metrics)
+        ref = self._logprob_rows(samples, reference=True) if float(self.algo.kl_coef) > 0 else None
+        self._activate(train=True)
+        n = len(samples)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(step))
+        n_mini = max(1, min(int(self.algo.mini_batches), n))
+        token_agg = str(self.algo.loss_agg) == "token-mean"
+        sums: dict[str, float] = {}
+        grad_norms = []
+        for _ in range(max(1, int(self.algo.ppo_epochs))):
+            perm = torch.randperm(n, generator=gen).tolist()
+            for mini in (perm[i::n_mini] for i in range(n_mini)):
+                self.optimizer.zero_grad(set_to_none=True)
+                total = sum(len(samples[i].response_ids) for i in mini) if token_agg else len(mini)
+                for micro in self._micro_batches(mini, samples):
+                    part = sum(len(samples[i].response_ids) for i in micro) if token_agg else len(micro)
+                    w = part / total
+                    m = self.accumulate([samples[i] for i in micro], [old[i] for i in micro],
+                                        [ref[i] for i in micro] if ref is not None else None, w)
+                    for k, v in m.items():
+                        sums[k] = sums.get(k, 0.0) + w * float(v)
+                clip = float(self.trainer.grad_clip)
+                norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        n_steps = len(grad_norms)
+        metrics.update({k: v / n_steps for k, v in sums.items()})
+        metrics.update({
+            "grad_norm": sum(grad_norms) / n_steps, "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "optimizer_steps": float(n_steps), "num_samples": float(n),
+            "num_tokens": float(sum(len(s.response_ids) for s in samples)),
+            "update_s": time.perf_counter() - t0})
+        self.scheduler.step()
+        self.updates += 1
+        return metrics
+
+    # ---------------------------------------------------------------- weights
+    @torch.no_grad()
+    def generation_weights(self) -> dict[str, Tensor]:
+        """Full merged weights (HF names) in the generation dtype, for engine.load_weights."""
+        self._ensure_loaded()
+        if self.spec.is_lora:
+            return self._lora_base.merged_weights(self.name, self.dtype)
+        return {k: (v.detach().to(self.dtype).clone() if v.is_floating_point() else v.clone())
+                for k, v in self.model.state_dict().items()}
+
+    def trainable_state(self) -> dict[str, Tensor]:
+        """The weights this policy trains (adapter or full model), detached copies."""
+        self._ensure_loaded()
+        if self.spec.is_lora:
+            return {n: p.detach().clone() for n, p in self._lora_base.adapter_params(self.name)}
+        return {n: p.detach().clone() for n, p in self.model.named_parameters()}
+
+    # ---------------------------------------------------------------- checkpoints
+    def save(self, folder: str | Path) -> None:
+        """HF folder (full FT, fp32 master) or peft adapter folder (LoRA), plus optimizer,
+        scheduler and a small meta file."""
+        self._ensure_loaded()
+        self._save_state(Path(folder))
+        if not self.spec.is_lora:  # make the model folder a complete HF folder
+            try:
+                from pettingllms.utils.models import load_tokenizer
+                load_tokenizer(self.spec.base).save_pretrained(str(Path(folder) / "model"))
+            except Exception:  # a base without a tokenizer still checkpoints its weights
+                pass
+
+    def load(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        if not (folder / "policy.json").exists():
+            raise FileNotFoundError(f"no policy checkpoint at {folder}")
+        self._ensure_loaded()
+        self._load_state(folder)
+
+    def _save_state(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.spec.is_lora:
+            self._lora_base.save_adapter(self.name, folder / "adapter")
+        else:
+            self.model.save_pretrained(str(folder / "model"))
+        torch.save(self.optimizer.state_dict(), folder / "optimizer.pt")
+        torch.save(self.scheduler.state_dict(), folder / "scheduler.pt")
+        meta = {"name": self.name, "kind": "lora" if self.spec.is_lora else "full",
+                "base": self.spec.base, "updates": self.updates, "trainable": self.trainable}
+        (folder / "policy.json").write_text(json.dumps(meta, indent=1))
+
+    @staticmethod
+    def _is_tied(key: str, own: dict[str, Tensor], saved: dict[str, Tensor]) -> bool:
+        """A weight the checkpoint omits because it shares storage with one it has."""
+        ptr = own[key].data_ptr()
+        return any(k in saved and own[k].data_ptr() == ptr for k in own if k != key)
+
+    def _load_state(self, folder: Optional[Path]) -> None:
+        if folder is None:
+            return
+        meta = json.loads((folder / "policy.json").read_text())
+        kind = "lora" if self.spec.is_lora else "full"
+        if meta.get("kind") != kind:
+            raise ValueError(f"checkpoint at {folder} is a {meta.get('kind')} policy; '{self.name}' is {kind}")
+        if self.spec.is_lora:
+            self._lora_base.load_adapter(self.name, folder / "adapter")
+        else:
+            from safetensors.torch import load_file
+            state = {}
+            for f in sorted((folder / "model").glob("*.safetensors")):
+                state.update(load_file(str(f)))
+            own = self.model.state_dict()
+            wrong = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+            missing = [k for k in own if k not in state and not self._is_tied(k, own, state)]
+            unexpected = [k for k in state if k not in own]
+            if wrong or missing or unexpected:
+                raise ValueError(f"checkpoint at {folder} does not fit '{self.name}': shape mismatch "
+                                 f"{wrong[:3]}, missing {missing[:3]}, unexpected {unexpected[:3]}")
+            self.model.load_state_dict(state, strict=False)
+        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+        self.scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))
+        self.updates = int(meta.get("updates", 0))

@@ -1,0 +1,215 @@
+"""PolicyWorker.update and its parts: chunked logprobs, gradients, schedule, checkpoints."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policy_helpers import all_equal, any_changed, make_cfg, make_samples
+from pettingllms.policies import build_policies
+from pettingllms.policies.logprobs import full_logits_logprobs, pack, response_logprobs
+from pettingllms.policies.worker import lr_lambda
+from pettingllms.utils.models import tiny_model
+
+
+def _shared(cfg):
+    return build_policies(cfg, ["tool", "reasoner"]).workers["shared"]
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_two_updates_change_weights_with_finite_loss(lora):
+    worker = _shared(make_cfg(lora=lora))
+    samples = make_samples("tool", [1.0, -1.0, 0.5, -0.5], seed=1) + make_samples("reasoner", [2.0, -2.0], seed=2)
+    before = worker.trainable_state()
+    metrics = [worker.update(samples, step) for step in (0, 1)]
+    after = worker.trainable_state()
+    for m in metrics:
+        assert math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) and m["grad_norm"] > 0
+        assert m["num_samples"] == 6 and m["optimizer_steps"] == 1
+    assert any_changed(before, after)
+    assert metrics[1]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # recomputed old logprobs: on-policy
+
+
+def test_only_nonzero_advantage_samples_carry_gradient():
+    cfg = make_cfg()  # kl_coef = entropy_coef = 0
+    worker = _shared(cfg)
+    advs = [0.0, 1.5, 0.0, -1.0, 0.0]
+    samples = make_samples("tool", advs, seed=3)
+    old = worker._logprob_rows(samples)  # on-policy (ratio 1), so no token is clipped
+    emb = worker.model.get_input_embeddings()
+    outputs = []
+
+    def keep_output(module, inputs, output):
+        output.retain_grad()
+        outputs.append(output)
+    hook = emb.register_forward_hook(keep_output)
+    worker._activate(train=True)
+    worker.optimizer.zero_grad(set_to_none=True)
+    worker.accumulate(samples, old, None, weight=1.0)
+    hook.remove()
+    grad_rows = outputs[0].grad  # [B, L, H], one row per sample in order
+    for b, adv in enumerate(advs):
+        row_norm = float(grad_rows[b].abs().sum())
+        if adv == 0.0:
+            assert row_norm == 0.0, f"sample {b} has zero advantage but carries gradient"
+        else:
+            assert row_norm > 0.0
+    # Token-mean: the full batch's gradient is the nonzero samples' gradient times their token share.
+    g_all = {n: p.grad.clone() for n, p in worker.model.named_parameters() if p.grad is not None}
+    keep = [i for i, a in enumerate(advs) if a != 0.0]
+    worker.optimizer.zero_grad(set_to_none=True)
+    worker.accumulate([samples[i] for i in keep], [old[i] for i in keep], None, weight=1.0)
+    share = sum(len(samples[i].response_ids) for i in keep) / sum(len(s.response_ids) for s in samples)
+    for n, p in worker.model.named_parameters():
+        torch.testing.assert_close(g_all[n], p.grad * share, rtol=1e-4, atol=1e-6)
+
+
+def test_zero_advantage_batch_gives_zero_gradient_update():
+    worker = _shared(make_cfg({"trainer": {"weight_decay": 0.0}}))
+    before = worker.trainable_state()
+    m = worker.update(make_samples("tool", [0.0, 0.0, 0.0], seed=4), step=0)
+    assert m["grad_norm"] == 0.0
+    assert all_equal(before, worker.trainable_state())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature):
+    model, _ = tiny_model(seed=5)
+    model.train()
+    batch = pack(make_samples("a", [1.0] * 4, seed=6), pad_id=0)
+    seen_rows = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o: seen_rows.append(i[0].shape[0]))
+    weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0)) * batch.mask
+
+    lp_c, ent_c = response_logprobs(model, batch, chunk=4, temperature=temperature, with_entropy=True)
+    ((lp_c * weights).sum() + ent_c.sum()).backward()
+    grads_c = {n: p.grad.clone() for n, p in model.named_parameters()}
+    hook.remove()
+    model.zero_grad()
+    lp_f, ent_f = full_logits_logprobs(model, batch, temperature=temperature, with_entropy=True)
+    ((lp_f * weights).sum() + ent_f.sum()).backward()
+
+    # lm_head only ever saw chunks of <= 4 rows, forward and backward recompute.
+    assert seen_rows and max(seen_rows) <= 4 and len(seen_rows) >= 2 * math.ceil(batch.num_tokens / 4)
+    # fp32 tiny model: same math, different summation order -> 1e-5 absolute.
+    torch.testing.assert_close(lp_c, lp_f, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ent_c, ent_f, rtol=0, atol=1e-5)
+    assert torch.all(lp_c[batch.mask == 0] == 0)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(grads_c[n], p.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient():
+    samples = make_samples("tool", [1.0, -0.5, 2.0, -1.0, 0.3], seed=7)
+    grads = []
+    for mb in (1, 5):
+        for agg in ("token-mean", "seq-mean-token-mean"):
+            cfg = make_cfg({"trainer": {"micro_batch_size": mb, "lr": 0.0, "grad_clip": 0.0}, "algorithm": {"loss_agg": agg}})
+            worker = _shared(cfg)
+            orig = worker.optimizer.step
+            captured = {}
+
+            def step_and_capture(*a, _w=worker, _c=captured, **k):
+                _c.update({n: p.grad.clone() for n, p in _w.model.named_parameters()})
+                return orig(*a, **k)
+            worker.optimizer.step = step_and_capture
+            worker.update(samples, step=0)
+            grads.append((mb, agg, captured))
+    by = {(mb, agg): g for mb, agg, g in grads}
+    for agg in ("token-mean", "seq-mean-token-mean"):
+        for n in by[(1, agg)]:
+            torch.testing.assert_close(by[(1, agg)][n], by[(5, agg)][n], rtol=1e-4, atol=1e-6)
+
+
+def test_engine_old_logprobs_mismatch_is_logged():
+    cfg = make_cfg({"algorithm": {"old_logprobs": "engine"}})
+    worker = _shared(cfg)
+    samples = make_samples("tool", [1.0, -1.0], seed=8)
+    # Make the engine report exact for sample 0 and off by 0.25 on one token of sample 1.
+    rows = worker.logprobs(samples)
+    samples[0].logprobs = list(rows[0])
+    samples[1].logprobs = list(rows[1])
+    samples[1].logprobs[0] += 0.25
+    m = worker.update(samples, step=0)
+    assert m["old_logprob_mismatch_max"] == pytest.approx(0.25, abs=1e-5)
+    n_tok = sum(len(s.response_ids) for s in samples)
+    assert m["old_logprob_mismatch_mean"] == pytest.approx(0.25 / n_tok, abs=1e-5)
+    bad = make_samples("tool", [1.0], seed=9)
+    bad[0].logprobs = bad[0].logprobs[:-1]
+    with pytest.raises(ValueError, match="engine logprobs"):
+        worker.update(bad, step=1)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_kl_and_entropy_terms(lora):
+    cfg = make_cfg({"algorithm": {"kl_coef": 0.1, "entropy_coef": 0.01, "ppo_epochs": 2, "mini_batches": 2}},
+                   lora=lora)
+    worker = _shared(cfg)
+    assert (worker.ref_model is not None) == (not lora)  # full FT: frozen copy only when kl_coef > 0
+    samples = make_samples("tool", [1.0, -1.0, 0.5, -0.5], seed=10)
+    m0 = worker.update(samples, step=0)
+    assert m0["optimizer_steps"] == 4
+    assert m0["entropy"] > 0 and m0["kl"] >= 0
+    m1 = worker.update(samples, step=1)
+    assert m1["kl"] > 0  # the policy moved away from its reference
+    assert _shared(make_cfg()).ref_model is None
+
+
+def test_same_seed_same_update():
+    samples = make_samples("tool", [1.0, -1.0, 0.5], seed=11)
+    states = []
+    for _ in range(2):
+        worker = _shared(make_cfg({"algorithm": {"mini_batches": 2}}, lora=True))
+        worker.update(samples, step=0)
+        states.append(worker.trainable_state())
+    assert all_equal(states[0], states[1])
+
+
+def test_lr_schedule_warmup_then_cosine():
+    f = lr_lambda(warmup_steps=2, total_steps=6, min_lr_ratio=0.1, schedule="cosine")
+    assert [f(0), f(1)] == [0.5, 1.0]
+    assert f(2) == pytest.approx(1.0) and f(6) == pytest.approx(0.1) and f(50) == pytest.approx(0.1)
+    assert 0.1 < f(4) < 1.0
+    assert lr_lambda(0, 5, 0.1, "constant")(3) == 1.0
+    with pytest.raises(ValueError):
+        lr_lambda(0, 5, 0.1, "linear")
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_save_load_round_trips_weights_optimizer_scheduler(tmp_path, lora):
+    cfg = make_cfg({"trainer": {"warmup_steps": 1, "weight_decay": 0.01}}, lora=lora)
+    samples = make_samples("tool", [1.0, -1.0, 0.5], seed=12)
+    a = _shared(cfg)
+    for step in (0, 1):
+        a.update(samples, step)
+    a.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / ("adapter/adapter_config.json" if lora else "model/config.json")).exists()
+    b = _shared(cfg)
+    assert not all_equal(a.trainable_state(), b.trainable_state())
+    b.load(tmp_path / "ckpt")
+    assert all_equal(a.trainable_state(), b.trainable_state())
+    assert b.scheduler.state_dict() == a.scheduler.state_dict() and b.updates == 2
+    sa, sb = a.optimizer.state_dict(), b.optimizer.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    for k in sa["state"]:
+        for field in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(sa["state"][k][field], sb["state"][k][field])
+    # The next update continues identically from the reloaded state.
+    a.update(samples, 2)
+    b.update(samples, 2)
+    assert all_equal(a.trainable_state(), b.trainable_state())
+    with pytest.raises(FileNotFoundError):
+        b.load(tmp_path / "nothing-here")
+
+
+def test_full_ft_generation_weights_are_master_in_generation_dtype():
+    worker = _shared(make_cfg(dtype="bfloat16"))
+    assert all(p.dtype == torch.float32 for p in worker.model.parameters())  # fp32 master
+    worker.update(make_samples("tool", [1.0, -1.0], seed=13), 0)
+    weights = worker.generation_weights()
+    master = dict(worker.model.named_parameters())
+    for name, w in weights.items():
+        assert w.dtype == torch.bfloat16
+        if name in master:
+            assert torch.equal(w, master[name].detach().to(torch.bfloat16))
