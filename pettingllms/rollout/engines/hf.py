@@ -1,0 +1,357 @@
+"""In-process rollout engine on Hugging Face transformers (the CPU default backend).
+
+Why a hand-written decode loop instead of `model.generate`:
+  * finished rows leave the batch and the KV cache at once, so no work is spent on them;
+  * the n copies of a prompt share one prefill (the cache is expanded afterwards);
+  * the reported logprobs are exactly those of the distribution sampled from: temperature, then
+    top-k, then top-p (renormalised), and nothing else (no repetition penalty or other hidden
+    processor). Greedy rows (temperature 0) report the log-prob under the plain softmax
+    (temperature 1, no truncation) of the token they pick;
+  * sampling is per row: each (request, copy) owns a seeded uniform stream and draws by inverse
+    CDF, so a request's result does not depend on what else shares the batch (up to float
+    rounding of the batched forward pass).
+
+Policies that share a base model share one generation model. Each policy's weights that differ
+from the base (given by `load_weights`, full or partial state dicts, e.g. merged LoRA) are kept
+aside and copied into the shared model's tensors only when the active policy changes.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine
+from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from pettingllms.utils.seeding import derive_seed
+
+
+@dataclass
+class _ModelSlot:
+    """One generation model and the policies that run on it."""
+    path: str
+    model: Any
+    tokenizer: Any
+    eos_ids: set[int]
+    cache_kwarg: str  # "cache" (transformers >= 5.2x) or "past_key_values"
+    params: dict[str, torch.Tensor]  # name -> live tensor (tied names share storage)
+    policies: list[str]
+    active: str | None = None  # None: base weights
+    base: dict[str, torch.Tensor] = field(default_factory=dict)  # base copies of overridden tensors
+
+
+@dataclass
+class _Row:
+    """One completion being generated: request `request`, copy `copy` of its n."""
+    request: int
+    copy: int
+    seed: int
+    temperature: float
+    top_k: int
+    top_p: float
+    max_new: int
+    stops: list[str]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str | None = None  # set when a stop string cut the text
+    finish: str | None = None
+
+
+class HFEngine(RolloutEngine):
+    def __init__(self, policies: Mapping[str, str], dtype: str = "bfloat16", seed: int = 0,
+                 max_prompt_tokens: int = 1024, device: str = "cpu", max_batch_size: int = 64,
+                 threads: int = 0, drop_finished: bool = True):
+        if not policies:
+            raise ValueError("HFEngine needs at least one policy (name -> model path)")
+        if max_prompt_tokens < 1 or max_batch_size < 1:
+            raise ValueError("max_prompt_tokens and max_batch_size must be >= 1")
+        if threads > 0:
+            torch.set_num_threads(threads)
+        self.seed = int(seed)
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.max_prompt_tokens = int(max_prompt_tokens)
+        self.max_batch_size = int(max_batch_size)
+        self.drop_finished = drop_finished  # off only to check that dropping changes nothing
+        self._calls = 0
+        self._slots: dict[str, _ModelSlot] = {}  # resolved path -> slot
+        self._policy_slot: dict[str, _ModelSlot] = {}
+        self._overrides: dict[str, dict[str, torch.Tensor]] = {}  # policy -> its own tensors
+        for policy, path in policies.items():
+            local = resolve_model_path(path)
+            if local not in self._slots:
+                model = load_causal_lm(local, dtype, device)
+                model.requires_grad_(False)
+                tokenizer = load_tokenizer(local)
+                params = dict(model.state_dict(keep_vars=True))
+                kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+                self._slots[local] = _ModelSlot(local, model, tokenizer, set(eos_token_ids(model, tokenizer)),
+                                                kwarg, params, [])
+            self._slots[local].policies.append(policy)
+            self._policy_slot[policy] = self._slots[local]
+
+    # ------------------------------------------------------------ weights
+
+    def _slot(self, policy: str) -> _ModelSlot:
+        try:
+            return self._policy_slot[policy]
+        except KeyError:
+            raise ValueError(f"unknown policy {policy!r}; this engine serves {sorted(self._policy_slot)}") from None
+
+    def tokenizer(self, policy: str) -> Any:
+        return self._slot(policy).tokenizer
+
+    @torch.no_grad()
+    def load_weights(self, policy: str, weights: Mapping[str, Any]) -> None:
+        slot = self._slot(policy)
+        checked = {}
+        for name, value in weights.items():  # validate everything before changing anything
+            if name not in slot.params:
+                raise KeyError(f"load_weights({policy!r}): {slot.path} has no tensor named {name!r}")
+            tensor = torch.as_tensor(value).detach()
+            if tuple(tensor.shape) != tuple(slot.params[name].shape):
+                raise ValueError(f"load_weights({policy!r}): {name} has shape {tuple(tensor.shape)}, "
+                                 f"expected {tuple(slot.params[name].shape)}")
+            checked[name] = tensor
+        if len(slot.policies) == 1:  # nobody else uses this model: write straight into it
+            for name, tensor in checked.items():
+                slot.params[name].copy_(tensor)
+            return
+        for name in checked:  # first override of a tensor by any policy: live still holds base.
+            if name not in slot.base:  # (all snapshots before any copy: tied names share storage)
+                slot.base[name] = slot.params[name].detach().clone()
+        own = self._overrides.setdefault(policy, {})
+        for name, tensor in checked.items():
+            live = slot.params[name]
+            own[name] = tensor.to(dtype=live.dtype, device=live.device, copy=True)
+            if slot.active == policy:
+                live.copy_(own[name])
+
+    @torch.no_grad()
+    def _activate(self, slot: _ModelSlot, policy: str) -> None:
+        if slot.active == policy:
+            return
+        current = self._overrides.get(slot.active, {}) if slot.active is not None else {}
+        wanted = self._overrides.get(policy, {})
+        for name in current:
+            if name not in wanted:
+                slot.params[name].copy_(slot.base[name])
+        for name, tensor in wanted.items():
+            slot.params[name].copy_(tensor)
+        slot.active = policy
+
+    # ------------------------------------------------------------ requests
+
+    def _prompt_ids(self, slot: _ModelSlot, request: GenerationRequest) -> list[int]:
+        messages = request.messages
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages):
+            raise ValueError(f"request {request.request_id!r}: messages must be a non-empty list of "
+                             "{'role': str, 'content': str}")
+        tok = slot.tokenizer
+        if tok.chat_template:
+            text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+        else:  # base models without a chat template: a plain transcript
+            text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ValueError(f"request {request.request_id!r} renders to an empty prompt")
+        return list(ids[-self.max_prompt_tokens:])  # keep the end: it holds the latest turn
+
+    @staticmethod
+    def _check_params(request: GenerationRequest) -> None:
+        p = request.params
+        problems = []
+        if p.n < 1:
+            problems.append(f"n={p.n} (needs >= 1)")
+        if p.max_new_tokens < 1:
+            problems.append(f"max_new_tokens={p.max_new_tokens} (needs >= 1)")
+        if p.temperature < 0:
+            problems.append(f"temperature={p.temperature} (needs >= 0)")
+        if not 0 < p.top_p <= 1:
+            problems.append(f"top_p={p.top_p} (needs 0 < top_p <= 1)")
+        if p.top_k < 0:
+            problems.append(f"top_k={p.top_k} (needs >= 0)")
+        if isinstance(p.stop, str) or not all(isinstance(s, str) and s for s in p.stop):
+            problems.append("stop must be a list of non-empty strings")
+        if problems:
+            raise ValueError(f"request {request.request_id!r}: bad sampling params: {'; '.join(problems)}")
+
+    def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
+        requests = [r if isinstance(r, GenerationRequest) else GenerationRequest.from_dict(r) for r in requests]
+        for r in requests:
+            self._check_params(r)
+            self._slot(r.policy)
+        call = self._calls
+        self._calls += 1
+        results: list[list[Completion]] = [[] for _ in requests]
+        for policy in dict.fromkeys(r.policy for r in requests):  # policies in first-seen order
+            slot = self._slot(policy)
+            self._activate(slot, policy)
+            prompts = {i: self._prompt_ids(slot, r) for i, r in enumerate(requests) if r.policy == policy}
+            rows = []
+            for i in prompts:
+                p = requests[i].params
+                for c in range(p.n):
+                    seed = derive_seed(p.seed, c) if p.seed is not None else derive_seed(self.seed, call, i, c)
+                    rows.append(_Row(i, c, seed, float(p.temperature), int(p.top_k), float(p.top_p),
+                                     int(p.max_new_tokens), list(p.stop)))
+            for start in range(0, len(rows), self.max_batch_size):
+                self._decode(slot, rows[start:start + self.max_batch_size], prompts)
+            for row in rows:
+                text = row.text if row.text is not None else slot.tokenizer.decode(row.tokens, skip_special_tokens=True)
+                req = requests[row.request]
+                results[row.request].append(Completion(
+                    request_id=req.request_id, policy=policy, index=row.copy,
+                    prompt_ids=list(prompts[row.request]), response_ids=row.tokens,
+                    logprobs=row.logprobs, text=text, finish_reason=row.finish or "length"))
+        return results
+
+    # ------------------------------------------------------------ decoding
+
+    def _forward(self, slot: _ModelSlot, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 cache: Any) -> torch.Tensor:
+        # An all-ones mask is the same as none; passing none lets attention take its fast path.
+        out = slot.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask,
+                         position_ids=positions, use_cache=True, logits_to_keep=1, **{slot.cache_kwarg: cache})
+        return out.logits[:, -1, :].float()
+
+    @torch.inference_mode()
+    def _decode(self, slot: _ModelSlot, rows: list[_Row], prompts: dict[int, list[int]]) -> None:
+        from transformers import DynamicCache
+
+        dev = self.device
+        order = list(dict.fromkeys(r.request for r in rows))  # prefill each prompt once
+        longest = max(len(prompts[i]) for i in order)
+        ids = torch.full((len(order), longest), slot.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(order), longest), dtype=torch.long)
+        for j, i in enumerate(order):  # left padding: every prompt ends at the last column
+            ids[j, longest - len(prompts[i]):] = torch.tensor(prompts[i])
+            mask[j, longest - len(prompts[i]):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=slot.model.config)
+        logits = self._forward(slot, ids, mask, positions, cache)
+        # Expand prompts to their n copies: the cache rows are shared, not recomputed.
+        expand = torch.tensor([order.index(r.request) for r in rows], device=dev)
+        if len(order) != len(rows) or bool((expand != torch.arange(len(rows), device=dev)).any()):
+            cache.batch_select_indices(expand)
+            logits, mask = logits[expand], mask[expand]
+        next_pos = positions[expand, -1] + 1
+        uniforms = torch.zeros((len(rows), max(r.max_new for r in rows)))
+        for j, r in enumerate(rows):  # each row's own stream: independent of batch composition
+            uniforms[j, :r.max_new] = torch.rand(r.max_new, generator=torch.Generator().manual_seed(r.seed))
+        live = list(range(len(rows)))  # row indices, aligned with the batch dimension
+        step = 0
+        while True:
+            active = [rows[i] for i in live]
+            tokens, logprobs = self._sample(logits, active, uniforms[live, step].to(dev))
+            for row, tok, lp in zip(active, tokens.tolist(), logprobs.tolist()):
+                if row.finish is None:  # with drop_finished off, finished rows ride along unused
+                    row.tokens.append(tok)
+                    row.logprobs.append(lp)
+                    self._check_finished(slot, row)
+            step += 1
+            keep = [j for j, i in enumerate(live) if rows[i].finish is None]
+            if not keep:
+                return
+            if self.drop_finished and len(keep) < len(live):
+                keep_t = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(keep_t)
+                mask, tokens, next_pos = mask[keep_t], tokens[keep_t], next_pos[keep_t]
+                live = [live[j] for j in keep]
+                mask = self._trim_left_padding(cache, mask)
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            logits = self._forward(slot, tokens[:, None], mask, next_pos[:, None], cache)
+            next_pos = next_pos + 1
+
+    @staticmethod
+    def _trim_left_padding(cache: Any, mask: torch.Tensor) -> torch.Tensor:
+        """Drop cache columns that are padding for every remaining row (left after rows finished)."""
+        from transformers.cache_utils import DynamicLayer
+
+        first = int(mask.any(0).to(torch.int8).argmax())
+        if first == 0 or not all(type(layer) is DynamicLayer for layer in cache.layers):
+            return mask
+        for layer in cache.layers:
+            if layer.is_initialized and layer.keys.numel():
+                layer.keys = layer.keys[:, :, first:]
+                layer.values = layer.values[:, :, first:]
+        return mask[:, first:]
+
+    def _check_finished(self, slot: _ModelSlot, row: _Row) -> None:
+        if row.tokens[-1] in slot.eos_ids:
+            row.finish = "stop"
+            return
+        if row.stops:
+            text = slot.tokenizer.decode(row.tokens, skip_special_tokens=True)
+            hits = [i for i in (text.find(s) for s in row.stops) if i >= 0]
+            if hits:  # checked every token, so this token completed the earliest stop string
+                row.text, row.finish = text[:min(hits)], "stop"
+                return
+        if len(row.tokens) >= row.max_new:
+            row.finish = "length"
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, rows: list[_Row], uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row, and its log-prob under the distribution it was drawn from."""
+        vocab = logits.shape[-1]
+        dev = logits.device
+        temps = torch.tensor([r.temperature for r in rows], device=dev)
+        greedy = temps == 0
+        scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
+        top_k = [r.top_k if r.temperature > 0 and 0 < r.top_k < vocab else vocab for r in rows]
+        top_p = [r.top_p if r.temperature > 0 and r.top_p < 1 else 2.0 for r in rows]  # 2.0: off
+        if min(top_k) < vocab or min(top_p) < 1:
+            scaled = _truncate(scaled, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
+        logp = torch.log_softmax(scaled, dim=-1)
+        tokens = logits.argmax(-1)
+        if not bool(greedy.all()):
+            cdf = logp.exp().cumsum(-1)  # inverse-CDF draw with the row's own uniform
+            drawn = torch.searchsorted(cdf, (uniforms[:, None] * cdf[:, -1:]).contiguous(), right=True)
+            tokens = torch.where(greedy, tokens, drawn.squeeze(1).clamp(max=vocab - 1))
+        chosen = logp.gather(1, tokens[:, None]).squeeze(1)
+        bad = ~torch.isfinite(chosen)  # float rounding at the very top of the CDF: take the mode
+        if bool(bad.any()):
+            tokens = torch.where(bad, logp.argmax(-1), tokens)
+            chosen = logp.gather(1, tokens[:, None]).squeeze(1)
+        return tokens, chosen
+
+
+_NUCLEUS_CANDIDATES = 1024  # top-p first looks among this many tokens; a full sort only if short
+
+
+def _truncate(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask logits outside each row's top-k, then outside its top-p nucleus (of the top-k renormalised).
+
+    top_k == vocab and top_p > 1 mean "off" for a row. Works on the few largest logits (topk)
+    instead of sorting the whole vocabulary, unless some row's nucleus reaches past them.
+    """
+    vocab = scaled.shape[-1]
+    k_max = int(top_k.max())
+    count = k_max if k_max < vocab else min(vocab, _NUCLEUS_CANDIDATES)
+    if k_max < vocab and bool(((top_k > count) & (top_k < vocab)).any()):
+        count = vocab
+    while True:
+        values, order = scaled.topk(count, dim=-1)  # sorted, largest first
+        ranks = torch.arange(count, device=scaled.device)
+        in_k = ranks[None, :] < top_k[:, None]
+        values = values.masked_fill(~in_k, float("-inf"))
+        # Normaliser of the top-k distribution: over the candidates if they hold all k tokens.
+        whole = (top_k > count)[:, None]
+        norm = values.logsumexp(-1, keepdim=True)
+        if bool(whole.any()):
+            norm = torch.where(whole, scaled.logsumexp(-1, keepdim=True), norm)
+        probs = (values - norm).exp()
+        mass = probs.cumsum(-1)
+        if count == vocab or not bool(((top_p <= 1) & (top_k > count) & (mass[:, -1] < top_p)).any()):
+            break
+        count = vocab  # some nucleus is wider than the candidates: take the full sort
+    outside = (mass - probs) >= top_p[:, None]  # mass of the strictly more likely tokens
+    outside[:, 0] = False  # the most likely token always stays
+    kept = torch.full_like(scaled, float("-inf")).scatter(-1, order, values.masked_fill(outside, float("-inf")))
+    untouched = ((top_k >= vocab) & (top_p > 1))[:, None]
+    return torch.where(untouched, scaled, kept)

@@ -1,0 +1,293 @@
+"""The HF rollout engine: batching, sampling, logprobs, stop handling, policies and weight swaps."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from pettingllms.config import validate
+from pettingllms.rollout.engines import build_engine
+from pettingllms.rollout.engines.base import Completion, GenerationRequest, SamplingParams
+from pettingllms.rollout.engines.hf import HFEngine
+from pettingllms.utils.models import load_causal_lm, load_tokenizer, resolve_model_path, tiny_model
+
+TINY = "tiny:test"
+
+
+def chat(text: str, system: str = "You are a careful solver.") -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+def req(text: str, policy: str = "a", rid: str = "", **params) -> GenerationRequest:
+    return GenerationRequest(chat(text), policy=policy, params=SamplingParams(**params), request_id=rid)
+
+
+@pytest.fixture(scope="module")
+def engine() -> HFEngine:
+    return HFEngine({"a": TINY}, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def reference_model():
+    return load_causal_lm(TINY, "float32")
+
+
+def test_generate_shapes_and_prompt(engine: HFEngine) -> None:
+    requests = [req("What is 2+3?", rid="r0", n=3, max_new_tokens=6, temperature=1.0),
+                req("A much longer question " * 5, rid="r1", n=2, max_new_tokens=4, temperature=0.7)]
+    out = engine.generate(requests)
+    tok = engine.tokenizer("a")
+    assert [len(cs) for cs in out] == [3, 2]
+    for r, cs in zip(requests, out):
+        expected_prompt = tok(tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True),
+                              add_special_tokens=False)["input_ids"]
+        assert [c.index for c in cs] == list(range(r.params.n))
+        for c in cs:
+            assert c.request_id == r.request_id and c.policy == "a"
+            assert c.prompt_ids == expected_prompt
+            assert 1 <= len(c.response_ids) == len(c.logprobs) <= r.params.max_new_tokens
+            assert all(math.isfinite(x) and x <= 0 for x in c.logprobs)
+            assert c.text == tok.decode(c.response_ids, skip_special_tokens=True)
+            if c.finish_reason == "length":
+                assert len(c.response_ids) == r.params.max_new_tokens
+            else:
+                assert c.finish_reason == "stop" and c.response_ids[-1] in tok.all_special_ids
+    assert engine.generate([]) == []
+
+
+def test_seeds_reproducible_and_independent_of_batch(engine: HFEngine) -> None:
+    base = dict(n=2, max_new_tokens=8, temperature=1.0, top_p=0.95)
+    alone = engine.generate([req("seeded question", seed=7, **base)])[0]
+    again = engine.generate([req("seeded question", seed=7, **base)])[0]
+    mixed = engine.generate([req("another prompt, longer than the first one", seed=1, **base),
+                             req("seeded question", seed=7, **base), req("x", seed=3, **base)])[1]
+    other = engine.generate([req("seeded question", seed=8, **base)])[0]
+    assert [c.response_ids for c in alone] == [c.response_ids for c in again]
+    assert [c.response_ids for c in alone] == [c.response_ids for c in mixed]
+    for a, m in zip(alone, mixed):  # same tokens; logprobs up to the batched forward's rounding
+        assert a.logprobs == pytest.approx(m.logprobs, abs=1e-4)
+    assert alone[0].response_ids != alone[1].response_ids  # the n copies differ
+    assert [c.response_ids for c in alone] != [c.response_ids for c in other]
+    # without a request seed the engine seed and call order decide: a new call differs
+    unseeded = [engine.generate([req("seeded question", **base)])[0][0].response_ids for _ in range(2)]
+    assert unseeded[0] != unseeded[1]
+
+
+def _reference_logprobs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Log-probs of the distribution the engine should sample from, written independently:
+    temperature, keep the top_k largest, keep the smallest prefix (by probability) whose mass
+    reaches top_p, renormalise. Greedy (temperature 0) uses the plain softmax."""
+    if temperature == 0:
+        return torch.log_softmax(logits, -1)
+    out = []
+    for row in logits / temperature:
+        keep = torch.ones_like(row, dtype=torch.bool)
+        if top_k > 0:
+            keep &= row >= torch.topk(row, top_k).values[-1]
+        probs = torch.softmax(row.masked_fill(~keep, float("-inf")), -1)
+        if top_p < 1:
+            sorted_probs, order = probs.sort(descending=True)
+            count = int((sorted_probs.cumsum(0) < top_p).sum()) + 1  # tokens needed to reach top_p
+            nucleus = torch.zeros_like(keep)
+            nucleus[order[:count]] = True
+            keep &= nucleus
+        out.append(torch.log_softmax(row.masked_fill(~keep, float("-inf")), -1))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.7, 20, 1.0), (1.3, 0, 0.8), (0.8, 50, 0.9), (0.0, 0, 1.0)])
+def test_logprobs_match_teacher_forced_forward(engine: HFEngine, reference_model, temperature, top_k, top_p) -> None:
+    """The engine's logprobs equal a teacher-forced forward pass over prompt + response.
+
+    Tolerance 1e-4 (absolute, nats): both sides run the same fp32 weights, but the engine
+    computes position t from a KV cache one token at a time while the reference runs the whole
+    sequence at once; the different summation order gives ~1e-6 differences in the logits. A
+    wrong distribution (missing temperature, no renormalisation after top-k/top-p, an off-by-one
+    position) is off by 1e-2 or more.
+    """
+    out = engine.generate([req("Teacher forcing check", n=2, max_new_tokens=10, temperature=temperature,
+                               top_k=top_k, top_p=top_p, seed=11)])[0]
+    for c in out:
+        ids = torch.tensor([c.prompt_ids + c.response_ids])
+        with torch.no_grad():
+            logits = reference_model(ids).logits[0, len(c.prompt_ids) - 1:-1].float()
+        ref = _reference_logprobs(logits, temperature, top_k, top_p)
+        tokens = torch.tensor(c.response_ids)
+        chosen = ref.gather(1, tokens[:, None]).squeeze(1)
+        assert torch.isfinite(chosen).all(), "a token outside the top-k / nucleus was sampled"
+        assert c.logprobs == pytest.approx(chosen.tolist(), abs=1e-4)
+        plain = torch.log_softmax(logits / (temperature or 1.0), -1).gather(1, tokens[:, None]).squeeze(1)
+        if top_k or top_p < 1:  # renormalised values are larger than the untruncated ones
+            assert all(e > p + 1e-3 for e, p in zip(c.logprobs, plain.tolist()))
+        if temperature == 0:
+            assert c.response_ids == logits.argmax(-1).tolist()
+
+
+def test_dropping_finished_rows_changes_nothing(engine: HFEngine) -> None:
+    """Rows finishing at different steps leave the batch; results equal batch-of-1 runs and a run
+    that keeps every row in the batch to the end."""
+    requests = [req("short", rid="0", n=2, max_new_tokens=3, temperature=1.0, seed=1),
+                req("a somewhat longer prompt to force left padding", rid="1", n=1, max_new_tokens=12,
+                    temperature=0.9, top_k=40, seed=2),
+                req("middle length prompt", rid="2", n=2, max_new_tokens=7, temperature=0.0)]
+    model = engine._slot("a").model
+    batch_sizes: list[int] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: batch_sizes.append(kw["input_ids"].shape[0]),
+                                           with_kwargs=True)
+    try:
+        dropped = engine.generate(requests)
+    finally:
+        hook.remove()
+    assert batch_sizes[0] == 3 and batch_sizes[1] == 5 and batch_sizes[-1] == 1  # prefill once per prompt
+    keep_all = HFEngine({"a": TINY}, dtype="float32", drop_finished=False).generate(requests)
+    single = [engine.generate([r])[0] for r in requests]
+    for d_cs, k_cs, s_cs in zip(dropped, keep_all, single):
+        for d, k, s in zip(d_cs, k_cs, s_cs):
+            assert d.response_ids == k.response_ids == s.response_ids
+            assert d.finish_reason == k.finish_reason == s.finish_reason
+            assert d.logprobs == pytest.approx(s.logprobs, abs=1e-4)
+            assert d.logprobs == pytest.approx(k.logprobs, abs=1e-4)
+
+
+def test_stop_strings(engine: HFEngine) -> None:
+    tok = engine.tokenizer("a")
+    free = engine.generate([req("stop string check", max_new_tokens=16, temperature=0.0)])[0][0]
+    full = tok.decode(free.response_ids, skip_special_tokens=True)
+    start = len(tok.decode(free.response_ids[:3], skip_special_tokens=True))
+    stop = full[start:start + 3]
+    assert len(stop) == 3 and full.find(stop) == start
+    stopped = engine.generate([req("stop string check", max_new_tokens=16, temperature=0.0,
+                                   stop=["@@never@@", stop])])[0][0]
+    needed = next(m for m in range(1, 17) if stop in tok.decode(free.response_ids[:m], skip_special_tokens=True))
+    assert stopped.finish_reason == "stop"
+    assert stopped.text == full[:start]
+    assert stopped.response_ids == free.response_ids[:needed]  # kept up to the completing token
+    assert stopped.logprobs == pytest.approx(free.logprobs[:needed], abs=1e-5)
+
+
+def test_eos_finishes_with_stop(engine: HFEngine) -> None:
+    free = engine.generate([req("eos check", max_new_tokens=6, temperature=0.0)])[0][0]
+    slot = engine._slot("a")
+    saved = set(slot.eos_ids)
+    slot.eos_ids.add(free.response_ids[2])  # pretend the third greedy token is an end token
+    try:
+        ended = engine.generate([req("eos check", max_new_tokens=6, temperature=0.0)])[0][0]
+    finally:
+        slot.eos_ids.clear()
+        slot.eos_ids.update(saved)
+    first_end = free.response_ids.index(free.response_ids[2])
+    assert ended.finish_reason == "stop"
+    assert ended.response_ids == free.response_ids[:first_end + 1]
+
+
+def test_long_prompts_are_left_truncated() -> None:
+    eng = HFEngine({"a": TINY}, dtype="float32", max_prompt_tokens=16)
+    tok = eng.tokenizer("a")
+    r = req("word " * 100, max_new_tokens=2, temperature=0.0)
+    full = tok(tok.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True),
+               add_special_tokens=False)["input_ids"]
+    c = eng.generate([r])[0][0]
+    assert len(full) > 16 and c.prompt_ids == full[-16:]
+
+
+def test_policies_share_a_model_and_swap_weights(tmp_path) -> None:
+    eng = HFEngine({"a": TINY, "b": TINY, "c": "tiny:other"}, dtype="float32")
+    assert eng._slot("a") is eng._slot("b") and eng._slot("c") is not eng._slot("a")
+    probe = lambda p: eng.generate([req("policy probe", policy=p, max_new_tokens=6, temperature=0.0)])[0][0]
+    a0, b0, c0 = probe("a"), probe("b"), probe("c")
+    assert a0.response_ids == b0.response_ids != c0.response_ids
+    ptrs = {n: t.data_ptr() for n, t in eng._slot("a").params.items()}
+
+    other, _ = tiny_model(seed=1)  # full state dict of another model, then its generation
+    other.save_pretrained(tmp_path / "other")
+    load_tokenizer(TINY).save_pretrained(tmp_path / "other")
+    expected = HFEngine({"x": str(tmp_path / "other")}, dtype="float32").generate(
+        [req("policy probe", policy="x", max_new_tokens=6, temperature=0.0)])[0][0]
+    eng.load_weights("b", other.state_dict())
+    mixed = eng.generate([req("policy probe", policy=p, max_new_tokens=6, temperature=0.0) for p in "abab"])
+    assert [m[0].response_ids for m in mixed] == [a0.response_ids, expected.response_ids] * 2
+    assert probe("c").response_ids == c0.response_ids
+
+    # a partial state dict changes only the named tensors of that policy
+    norm = eng._slot("a").params["model.norm.weight"]
+    eng.load_weights("a", {"model.norm.weight": torch.full_like(norm, 3.0)})  # sharper logits
+    assert probe("a").logprobs != pytest.approx(a0.logprobs, abs=1e-3)
+    assert probe("b").response_ids == expected.response_ids
+    eng.load_weights("a", {"model.norm.weight": torch.ones_like(norm)})  # tiny init has ones
+    assert probe("a").logprobs == pytest.approx(a0.logprobs, abs=1e-5)
+    assert {n: t.data_ptr() for n, t in eng._slot("a").params.items()} == ptrs  # copied in place
+
+    with pytest.raises(KeyError, match="no tensor named"):
+        eng.load_weights("a", {"nope.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="shape"):
+        eng.load_weights("a", {"model.norm.weight": torch.zeros(3)})
+    with pytest.raises(ValueError, match="unknown policy"):
+        eng.load_weights("zzz", {})
+
+
+def test_single_policy_load_weights_writes_through(engine: HFEngine) -> None:
+    before = engine.generate([req("write through", max_new_tokens=5, temperature=0.0)])[0][0]
+    norm = engine._slot("a").params["model.norm.weight"]
+    saved = norm.detach().clone()
+    engine.load_weights("a", {"model.norm.weight": saved * 4})
+    try:
+        changed = engine.generate([req("write through", max_new_tokens=5, temperature=0.0)])[0][0]
+    finally:
+        engine.load_weights("a", {"model.norm.weight": saved})
+    assert changed.logprobs != pytest.approx(before.logprobs, abs=1e-3)  # sharper logits
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(policy="nobody"), "unknown policy"),
+    (dict(params=SamplingParams(n=0)), "n=0"),
+    (dict(params=SamplingParams(top_p=0.0)), "top_p"),
+    (dict(params=SamplingParams(temperature=-1)), "temperature"),
+    (dict(params=SamplingParams(stop="abc")), "stop"),
+    (dict(messages=[{"role": "user"}]), "messages"),
+    (dict(messages="hello"), "messages"),
+])
+def test_bad_requests_give_clear_errors(engine: HFEngine, bad, match) -> None:
+    fields = dict(messages=chat("q"), policy="a", params=SamplingParams(max_new_tokens=2))
+    fields.update(bad)
+    with pytest.raises(ValueError, match=match):
+        engine.generate([GenerationRequest(**fields)])
+
+
+def test_records_round_trip_through_json(engine: HFEngine) -> None:
+    r = req("round trip", rid="rt-1", n=2, max_new_tokens=3, temperature=0.9, top_k=5, top_p=0.9,
+            stop=["\n"], seed=4)
+    r2 = GenerationRequest.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert r2 == r
+    out = engine.generate([r2.to_dict()])[0]  # plain dicts are accepted too (process boundaries)
+    for c in out:
+        assert Completion.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+
+
+def test_build_engine_from_config() -> None:
+    cfg = validate(OmegaConf.create({"model": {"path": TINY, "dtype": "float32"},
+                                     "rollout": {"engine_options": {"max_batch_size": 4}}}))
+    eng = build_engine(cfg)
+    assert isinstance(eng, HFEngine) and eng.max_batch_size == 4 and list(eng._policy_slot) == ["shared"]
+    assert build_engine(cfg, policies={"p1": TINY, "p2": TINY})._slot("p1") is not None
+    bad = validate(OmegaConf.create({"rollout": {"engine_options": {"gpu_memory": 0.5}}}))
+    with pytest.raises(ValueError, match="gpu_memory"):
+        build_engine(bad)
+    for name in ("vllm", "openai"):
+        with pytest.raises(NotImplementedError, match="GPU-backend extra"):
+            build_engine(validate(OmegaConf.create({"rollout": {"engine": name}})))
+    with pytest.raises(ValueError, match="unknown rollout.engine"):
+        build_engine(validate(OmegaConf.create({"rollout": {"engine": "hff"}})))
+
+
+@pytest.mark.slow
+def test_embedded_model_answers_two_plus_three() -> None:
+    eng = HFEngine({"shared": "embedded:smollm2-135m-instruct"})
+    c = eng.generate([GenerationRequest([{"role": "user", "content": "What is 2+3?"}], policy="shared",
+                                        params=SamplingParams(temperature=0.0, max_new_tokens=32))])[0][0]
+    assert "5" in c.text, c.text
+    assert c.finish_reason == "stop" and c.response_ids[-1] == eng.tokenizer("shared").convert_tokens_to_ids("<|im_end|>")
+    assert resolve_model_path("embedded:smollm2-135m-instruct") == eng._slot("shared").path
