@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Code, paper row 'MAS' (untrained, evaluation only).
+# Both agents (coder -> tester) on the base model; avg@k/pass@k on the test split.
+# Extra arguments go to the evaluator (e.g. eval.k=8 eval.limit=32); --dry-run prints the config.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
+recipe eval at_grpo_shared code code_mas_untrained "$@"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Code, paper row 'single agent' (untrained, evaluation only).
+# One agent does both roles; avg@k/pass@k of the base model on the test split.
+# Extra arguments go to the evaluator (e.g. eval.k=8 eval.limit=32); --dry-run prints the config.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
+recipe eval single_grpo code_single code_single_untrained "$@"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Math, paper row 'single agent + GRPO'.
+# One agent (reasoner) solves alone; GRPO over K independent episodes per problem (flat rollouts).
+# Extra arguments go to the trainer (e.g. trainer.total_steps=10 rollout.k=8); --dry-run prints the config.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
+recipe train math_single math_single math_single "$@"
