@@ -127,6 +127,8 @@ class TrainerConfig:
     log_tensorboard: bool = True
     progress_bar: bool = True
     threads: int = 0  # torch threads; 0 keeps torch's default
+    keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
+    save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
 
 
 @dataclass
@@ -136,6 +138,7 @@ class EvalConfig:
     limit: Optional[int] = None
     temperature: float = 0.7
     checkpoint: str = ""  # empty: the base model
+    output: str = ""  # results JSON; empty: next to the checkpoint, or outputs/<experiment>/eval/
 
 
 @dataclass
@@ -189,5 +192,30 @@ def validate(cfg: Any) -> DictConfig:
         key = getattr(e, "full_key", None)
         where = f" at '{key}'" if key else ""
         raise ConfigError(f"invalid config{where}: {str(e).splitlines()[0]}") from None
+    _check_choices(merged)
     OmegaConf.set_struct(merged, True)
     return merged
+
+
+# Fields with a closed set of values (the schema comments list them).
+_CHOICES = {
+    "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
+    "rollout.strategy": ("tree", "flat"),
+    "algorithm.advantage": ("grpo", "agent_norm", "mean_only"),
+    "algorithm.loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
+    "algorithm.old_logprobs": ("recompute", "engine"),
+    "trainer.backend": ("local", "ray", "verl"),
+    "trainer.lr_schedule": ("cosine", "constant"),
+}
+
+
+def _check_choices(cfg: DictConfig) -> None:
+    for key, allowed in _CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"invalid value {value!r} for '{key}'{hint}; choose one of {', '.join(allowed)}")
+    bad = [g for g in cfg.algorithm.group_by if g not in ("problem", "turn", "agent")]
+    if bad:
+        raise ConfigError(f"invalid 'algorithm.group_by' entries {bad}; use a subset of problem, turn, agent")

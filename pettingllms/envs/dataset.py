@@ -20,21 +20,24 @@ def dataset_dir(data_name: str, data_root: str | Path = "datasets") -> Path:
     return Path(data_root) / data_name
 
 
-def ensure_dataset(data_name: str, data_root: str | Path = "datasets", seed: int = 0) -> Path:
+def ensure_dataset(data_name: str, data_root: str | Path = "datasets", seed: int = 0,
+                   builder: str | None = None) -> Path:
+    """`builder` names the module whose build() makes the data (default: the env package
+    named like the data); e.g. datasets/math_easy is built by pettingllms.envs.math.data."""
     out = dataset_dir(data_name, data_root)
     if not ((out / "train.parquet").exists() and (out / "test.parquet").exists()):
-        module = importlib.import_module(f"pettingllms.envs.{data_name}.data")
+        module = importlib.import_module(builder or f"pettingllms.envs.{data_name}.data")
         report = module.build(out, seed=seed)
         log.info("built dataset %s: %s", data_name, report)
     return out
 
 
 def load_split(data_name: str, split: str, data_root: str | Path = "datasets",
-               limit: int | None = None) -> list[dict[str, Any]]:
+               limit: int | None = None, builder: str | None = None) -> list[dict[str, Any]]:
     """Rows of one split as dicts; every row has a string `id`."""
     import pandas as pd
 
-    path = ensure_dataset(data_name, data_root) / f"{split}.parquet"
+    path = ensure_dataset(data_name, data_root, builder=builder) / f"{split}.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found (splits are 'train' and 'test')")
     rows = pd.read_parquet(path).to_dict(orient="records")

@@ -197,29 +197,55 @@ class PolicyWorker:
             if not math.isfinite(float(s.advantage)):
                 raise ValueError(f"sample of agent '{s.agent}' has a non-finite advantage {s.advantage}")
 
-    def _old_logprobs(self, samples: list[Sample], metrics: dict[str, float]) -> list[Tensor]:
-        recomputed = self._logprob_rows(samples)
-        diffs = [(r - torch.tensor(s.logprobs, dtype=torch.float32)).abs()
-                 for s, r in zip(samples, recomputed) if len(s.logprobs) == len(s.response_ids)]
-        if diffs:
-            flat = torch.cat(diffs)
-            metrics["old_logprob_mismatch_mean"] = float(flat.mean())
-            metrics["old_logprob_mismatch_max"] = float(flat.max())
+    def _old_logprobs(self, samples: list[Sample]) -> Optional[list[Tensor]]:
+        """Behaviour logprobs for the ratio; None means "this pass's own, detached".
+
+        With one optimizer step per batch (ppo_epochs x mini_batches == 1) a separate no-grad
+        pass would compute exactly what the training forward computes before its step, so
+        `recompute` reuses the training forward's detached logprobs and saves a whole pass.
+        """
         mode = str(self.algo.old_logprobs)
-        if mode == "recompute":
-            return recomputed
         if mode == "engine":
             return [torch.tensor(s.logprobs, dtype=torch.float32) for s in samples]
-        raise ValueError(f"algorithm.old_logprobs must be engine or recompute, got '{mode}'")
+        if mode != "recompute":
+            raise ValueError(f"algorithm.old_logprobs must be engine or recompute, got '{mode}'")
+        if self._passes() == 1:
+            return None
+        return self._logprob_rows(samples)
 
-    def accumulate(self, samples: list[Sample], old: list[Tensor], ref: Optional[list[Tensor]],
-                   weight: float) -> dict[str, float]:
+    def _passes(self) -> int:
+        return max(1, int(self.algo.ppo_epochs)) * max(1, int(self.algo.mini_batches))
+
+    @staticmethod
+    def _mismatch(samples: Sequence[Sample], batch, lp: Tensor) -> tuple[float, float, int]:
+        """Sum and max |trainer - engine| logprob over tokens whose engine logprobs are known."""
+        rows = [(b, s) for b, s in enumerate(samples) if len(s.logprobs) == len(s.response_ids)]
+        if not rows:
+            return 0.0, 0.0, 0
+        eng = batch.padded_values([s.logprobs if len(s.logprobs) == len(s.response_ids) else []
+                                   for s in samples]).to(lp.device)
+        mask = batch.mask.to(lp.device).bool().clone()
+        for b, s in enumerate(samples):
+            if len(s.logprobs) != len(s.response_ids):
+                mask[b] = False
+        diff = (lp.detach().float() - eng).abs()[mask]
+        if diff.numel() == 0:
+            return 0.0, 0.0, 0
+        return float(diff.sum()), float(diff.max()), int(diff.numel())
+
+    def accumulate(self, samples: list[Sample], old: Optional[list[Tensor]], ref: Optional[list[Tensor]],
+                   weight: float, mismatch: Optional[list[float]] = None) -> dict[str, float]:
         """Forward + backward of one micro-batch; the loss is scaled by `weight` (its share of
         the mini-batch), so accumulated gradients equal those of the whole mini-batch."""
         with_entropy = float(self.algo.entropy_coef) > 0
         batch, lp, ent = self._forward(samples, with_entropy=with_entropy)
         dev = lp.device
-        old_t = batch.padded_values(old).to(dev)
+        old_t = batch.padded_values(old).to(dev) if old is not None else lp.detach().float()
+        if mismatch is not None:  # first pass: the current policy vs what the engine sampled with
+            total, peak, count = self._mismatch(samples, batch, lp)
+            mismatch[0] += total
+            mismatch[1] = max(mismatch[1], peak)
+            mismatch[2] += count
         ref_t = batch.padded_values(ref).to(dev) if ref is not None else None
         adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=dev)
         loss, m = ppo_loss(lp.float(), old_t, adv, batch.mask.to(dev), self.algo,
@@ -248,7 +274,8 @@ class PolicyWorker:
             return {"num_samples": 0.0}
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
-        old = self._old_logprobs(samples, metrics)
+        old = self._old_logprobs(samples)
+        mismatch = [0.0, 0.0, 0]  # |trainer - engine| logprob: sum, max, tokens (first pass)
         ref = self._logprob_rows(samples, reference=True) if float(self.algo.kl_coef) > 0 else None
         self._activate(train=True)
         n = len(samples)
@@ -265,8 +292,10 @@ class PolicyWorker:
                 for micro in self._micro_batches(mini, samples):
                     part = sum(len(samples[i].response_ids) for i in micro) if token_agg else len(micro)
                     w = part / total
-                    m = self.accumulate([samples[i] for i in micro], [old[i] for i in micro],
-                                        [ref[i] for i in micro] if ref is not None else None, w)
+                    m = self.accumulate([samples[i] for i in micro],
+                                        [old[i] for i in micro] if old is not None else None,
+                                        [ref[i] for i in micro] if ref is not None else None, w,
+                                        mismatch if len(grad_norms) < n_mini else None)
                     for k, v in m.items():
                         sums[k] = sums.get(k, 0.0) + w * float(v)
                 clip = float(self.trainer.grad_clip)
@@ -276,6 +305,9 @@ class PolicyWorker:
         self.optimizer.zero_grad(set_to_none=True)
         n_steps = len(grad_norms)
         metrics.update({k: v / n_steps for k, v in sums.items()})
+        if mismatch[2]:
+            metrics["old_logprob_mismatch_mean"] = mismatch[0] / mismatch[2]
+            metrics["old_logprob_mismatch_max"] = mismatch[1]
         metrics.update({
             "grad_norm": sum(grad_norms) / n_steps, "lr": float(self.optimizer.param_groups[0]["lr"]),
             "optimizer_steps": float(n_steps), "num_samples": float(n),

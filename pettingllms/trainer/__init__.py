@@ -1,0 +1,1 @@
+"""Trainer: the local loop (local.py), checkpoints, run outputs and evaluation."""

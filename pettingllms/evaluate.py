@@ -1,0 +1,99 @@
+"""Evaluate: `python -m pettingllms.evaluate --config-name NAME eval.checkpoint=PATH eval.k=4`.
+
+Reports avg@k and pass@k per env and benchmark (the problems' `source` column) for the
+base model (no eval.checkpoint) or a training checkpoint (<run>/checkpoints/step_<N>, or a
+run folder: its latest checkpoint). Prints a table and writes a JSON file.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from pettingllms.cli.args import run_main
+from pettingllms.config import ConfigError
+
+
+def _resolve_checkpoint(path: str) -> Path:
+    from pettingllms.trainer import checkpoint as ckpt_io
+
+    p = Path(path)
+    if (p / "checkpoints").is_dir():
+        latest = ckpt_io.latest_checkpoint(p)
+        if latest is None:
+            raise ConfigError(f"eval.checkpoint={path}: no complete checkpoint in that run folder")
+        return latest
+    if not ckpt_io.is_complete(p):
+        raise ConfigError(f"eval.checkpoint={path}: not a complete checkpoint folder")
+    return p
+
+
+def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
+    """Evaluate per cfg.eval; returns the results dict (also written as JSON)."""
+    from pettingllms.trainer import checkpoint as ckpt_io
+    from pettingllms.trainer import components as comp
+    from pettingllms.trainer.evaluation import evaluate_problems
+    from pettingllms.utils.seeding import derive_seed, set_seed
+
+    comp.check_backend(cfg)
+    set_seed(int(cfg.seed), bool(cfg.trainer.deterministic))
+    env_factory = comp.make_env_factory(cfg)
+    agents = list(env_factory().agents)
+    limit = cfg.eval.limit if cfg.eval.limit is not None else cfg.env.test_limit
+    problems = comp.load_problems(cfg, cfg.eval.split, limit)
+    ckpt = _resolve_checkpoint(cfg.eval.checkpoint) if cfg.eval.checkpoint else None
+    policies = comp.build_policy_set(cfg, agents)
+    engine = comp.build_rollout_engine(cfg, comp.policy_bases(policies))
+    try:
+        if ckpt is not None:
+            ckpt_io.load_policies(ckpt, policies.workers)
+            comp.push_weights(engine, dict(policies.workers))
+        t0 = time.perf_counter()
+        result = evaluate_problems(
+            lambda ecfg: comp.make_rollout(engine, env_factory, dict(policies.agent_policy), ecfg),
+            cfg, problems, int(cfg.eval.k), seed=derive_seed(int(cfg.seed), "eval") % (2**31))
+        result["wall_s"] = time.perf_counter() - t0
+    finally:
+        engine.close()
+    result.update({"experiment": str(cfg.experiment), "split": str(cfg.eval.split),
+                   "checkpoint": str(ckpt) if ckpt else "", "model": str(cfg.model.path),
+                   "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)})
+    return result
+
+
+def output_path(cfg: DictConfig, result: dict[str, Any]) -> Path:
+    if cfg.eval.output:
+        return Path(cfg.eval.output)
+    name = f"eval_{cfg.env.name}_{cfg.eval.split}_k{cfg.eval.k}.json"
+    if result["checkpoint"]:
+        return Path(result["checkpoint"]) / name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(cfg.trainer.output_dir) / str(cfg.experiment) / "eval" / f"base_{stamp}_{name}"
+
+
+def _evaluate(cfg: DictConfig) -> int:
+    from pettingllms.trainer.evaluation import format_table
+
+    result = run_evaluation(cfg)
+    out = output_path(cfg, result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=float))
+    what = result["checkpoint"] or f"base model {result['model']}"
+    print(f"{cfg.experiment}: {what}, split {result['split']}, {result['num_problems']} problems")
+    print(format_table([result]))
+    print(f"results: {out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(argv, prog="pettingllms.evaluate", default_config="quickstart",
+                    what="Evaluate a base model or a checkpoint: avg@k and pass@k per env and benchmark.",
+                    body=_evaluate)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

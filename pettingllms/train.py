@@ -1,0 +1,32 @@
+"""Train: `python -m pettingllms.train --config-name NAME key=value ...` (console: pettingllms-train).
+
+    python -m pettingllms.train --config-name quickstart
+    python -m pettingllms.train --config-name math_L1_prompt trainer.total_steps=5 rollout.k=8
+    python -m pettingllms.train --config-name quickstart --dry-run     # print the config, exit
+    python -m pettingllms.train --config-name quickstart trainer.run_name=a trainer.resume=auto
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from omegaconf import DictConfig
+
+from pettingllms.cli.args import run_main
+
+
+def _train(cfg: DictConfig) -> int:
+    from pettingllms.trainer.local import train
+
+    train(cfg)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(argv, prog="pettingllms.train", default_config="quickstart",
+                    what="Train multi-agent LLM policies (AT-GRPO and baselines) from a Hydra config.",
+                    body=_train)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The local trainer loop: engine and policy workers in this process.
+
+One step:
+    problems  <- seeded data order (position saved in checkpoints)
+    batch     <- Rollout.run(problems, seed=derive_seed(seed, "rollout", step))
+    advantages on every sample (algorithm config)
+    for each policy trainable at this step: worker.update(its agents' samples)
+    engine.load_weights(policy, worker.generation_weights()) for updated policies
+    metrics, trajectories, validation (val_freq), checkpoint (save_freq)
+Steps are numbered from 1; a checkpoint at step N holds the state after N steps.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from pettingllms.config import ConfigError
+from pettingllms.trainer import checkpoint as ckpt_io
+from pettingllms.trainer import components as comp
+from pettingllms.trainer.data import DataOrder
+from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
+from pettingllms.trainer.metrics import batch_metrics, policy_metrics, timing_sum
+from pettingllms.trainer.outputs import RunOutputs, new_run_dir, summary_line
+from pettingllms.trainer.timing import Stopwatch, TimedEngine
+from pettingllms.utils.seeding import derive_seed, restore_rng_state, set_seed
+
+log = logging.getLogger(__name__)
+
+
+def rollout_seed(seed: int, step: int) -> int:
+    return derive_seed(int(seed), "rollout", int(step)) % (2**31)
+
+
+def quiet_hf_progress() -> None:
+    """transformers draws a progress bar per checkpoint save/load; the step bar is enough."""
+    try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - older/newer transformers without it
+        pass
+
+
+def check_phases(cfg: DictConfig, names: list[str]) -> None:
+    """A misspelt policy in trainer.phases would silently freeze everything: refuse it."""
+    for phase in cfg.trainer.phases:
+        unknown = [n for n in phase.train_policies if n not in names]
+        if unknown:
+            raise ConfigError(f"trainer.phases[start_step={phase.start_step}] names unknown policies "
+                              f"{unknown}; the policies are {names}")
+
+
+def resolve_run(cfg: DictConfig) -> tuple[Path, Path | None]:
+    """The run folder and the checkpoint to resume from (None for a fresh start)."""
+    resume = str(cfg.trainer.resume)
+    if resume in ("", "none"):
+        return new_run_dir(cfg), None
+    if resume == "auto":
+        if not cfg.trainer.run_name:
+            raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name "
+                              "(or pass trainer.resume=PATH to a checkpoint folder)")
+        run_dir = Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
+        return run_dir, ckpt_io.latest_checkpoint(run_dir)
+    path = Path(resume)
+    if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: take its latest
+        latest = ckpt_io.latest_checkpoint(path)
+        if latest is None:
+            raise ConfigError(f"trainer.resume={resume}: no complete checkpoint in that run folder")
+        return path, latest
+    if not ckpt_io.is_complete(path):
+        raise ConfigError(f"trainer.resume={resume}: not a complete checkpoint folder")
+    if path.parent.name != "checkpoints":
+        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_<N>")
+    return path.parent.parent, path
+
+
+class LocalTrainer:
+    """`engine` replaces the configured one (tests, or an engine living elsewhere)."""
+
+    def __init__(self, cfg: DictConfig, engine: Any = None) -> None:
+        comp.check_backend(cfg)
+        self.cfg = cfg
+        tr = cfg.trainer
+        if int(tr.threads) > 0:
+            torch.set_num_threads(int(tr.threads))
+        set_seed(int(cfg.seed), bool(tr.deterministic))
+        quiet_hf_progress()
+        self.run_dir, resume_from = resolve_run(cfg)
+
+        self.env_factory = comp.make_env_factory(cfg)
+        self.agents = list(self.env_factory().agents)
+        self.problems = comp.load_problems(cfg, "train", cfg.env.train_limit)
+        self.order = DataOrder(len(self.problems), int(cfg.seed))
+        self.policies = comp.build_policy_set(cfg, self.agents)
+        self.workers: dict[str, Any] = dict(self.policies.workers)
+        self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
+        check_phases(cfg, list(self.workers))
+        if engine is None:
+            engine = comp.build_rollout_engine(cfg, comp.policy_bases(self.policies))
+        self.engine = TimedEngine(engine)
+        self.rollout = comp.make_rollout(self.engine, self.env_factory, self.agent_policy, cfg)
+
+        self.step = 0
+        self.history: list[dict[str, Any]] = []
+        rng_state = None
+        if resume_from is not None:
+            state = ckpt_io.load_state(resume_from)
+            ckpt_io.load_policies(resume_from, self.workers)
+            self.order.load_state_dict(state["data"])
+            self.step = int(state["step"])
+            self.history = [dict(m) for m in state.get("metrics", [])]
+            rng_state = state["rng"]
+            log.info("resuming %s from step %d", self.run_dir, self.step)
+        comp.push_weights(self.engine, self.workers)
+        self._val_problems: list[dict[str, Any]] | None = None
+        self.outputs = RunOutputs(self.run_dir, cfg, self.history, bool(tr.log_tensorboard),
+                                  purge_step=self.step + 1 if resume_from is not None else None)
+        if rng_state is not None:  # last, after everything that draws random numbers at build time
+            restore_rng_state(rng_state)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, step: int) -> dict[str, Any]:
+        cfg, sw = self.cfg, Stopwatch()
+        self.engine.reset_counters()
+        t_step = time.perf_counter()
+        problems = [self.problems[i] for i in self.order.next_indices(int(cfg.rollout.batch_size))]
+        with sw.section("rollout"):
+            batch = self.rollout.run(problems, seed=rollout_seed(cfg.seed, step), step=step)
+        batch.step = step
+        with sw.section("advantages"):
+            from pettingllms.algorithms.advantages import compute_advantages
+            compute_advantages(batch.samples, cfg.algorithm)
+        reports: dict[str, dict[str, Any]] = {}
+        on = self.policies.set_step(step)  # trainer.phases: which policies train now
+        updated = [name for name in self.workers if name in on]
+        with sw.section("update"):
+            parts = self.policies.split(batch.samples)
+            for name in updated:
+                reports[name] = self.workers[name].update(parts[name], step)
+        with sw.section("sync"):
+            comp.push_weights(self.engine, self.workers, updated)
+        with sw.section("bookkeeping"):
+            metrics: dict[str, Any] = {"step": step, "epoch": self.order.epoch,
+                                       "data/consumed": self.order.consumed}
+            metrics.update(batch_metrics(batch, self.agents))
+            metrics.update(policy_metrics(reports))
+            metrics["policies/trained"] = float(len(updated))
+            if cfg.trainer.save_trajectories:
+                self.outputs.write_trajectories(step, batch.episodes)
+        step_s = time.perf_counter() - t_step
+        generate_s = self.engine.generate_s
+        env_s = max(0.0, sw.get("rollout") - generate_s)  # env steps, sandbox, prompt building
+        logprob_s = timing_sum(reports, "logprob_s")
+        update_s = max(0.0, sw.get("update") - logprob_s)
+        metrics.update({
+            "timing/step_s": step_s, "timing/generate_s": generate_s, "timing/env_s": env_s,
+            "timing/logprob_s": logprob_s, "timing/update_s": update_s,
+            "timing/weight_sync_s": sw.get("sync"),
+            "timing/other_s": max(0.0, step_s - generate_s - env_s - logprob_s - update_s),
+            "tokens/generated_per_s": self.engine.generated_tokens / generate_s if generate_s > 0 else 0.0,
+        })
+        return metrics
+
+    def validate(self, step: int) -> dict[str, float]:
+        cfg = self.cfg
+        if self._val_problems is None:
+            limit = cfg.eval.limit if cfg.eval.limit is not None else cfg.env.test_limit
+            self._val_problems = comp.load_problems(cfg, cfg.eval.split, limit)
+        result = evaluate_problems(
+            lambda ecfg: comp.make_rollout(self.engine, self.env_factory, self.agent_policy, ecfg),
+            cfg, self._val_problems, int(cfg.eval.k), seed=derive_seed(int(cfg.seed), "val") % (2**31))
+        return flat_metrics(result)
+
+    def save(self) -> Path:
+        state = {"data": self.order.state_dict(), "metrics": self.history}
+        path = ckpt_io.save_checkpoint(self.run_dir, self.step, self.workers, state)
+        ckpt_io.prune_checkpoints(self.run_dir, int(self.cfg.trainer.keep_checkpoints))
+        return path
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self, max_steps: int | None = None) -> list[dict[str, Any]]:
+        """Train to trainer.total_steps (or stop after `max_steps` more); returns all metrics."""
+        from tqdm import tqdm
+
+        tr = self.cfg.trainer
+        total = int(tr.total_steps)
+        stop = total if max_steps is None else min(total, self.step + int(max_steps))
+        bar = tqdm(total=total, initial=self.step, desc=str(self.cfg.experiment), unit="step",
+                   disable=not tr.progress_bar, file=sys.stderr, dynamic_ncols=True)
+        t_run = time.perf_counter()
+        try:
+            while self.step < stop:
+                step = self.step + 1
+                metrics = self.train_step(step)
+                self.step = step
+                if int(tr.val_freq) > 0 and step % int(tr.val_freq) == 0:
+                    t0 = time.perf_counter()
+                    metrics.update(self.validate(step))
+                    metrics["timing/val_s"] = time.perf_counter() - t0
+                metrics["time/elapsed_s"] = time.perf_counter() - t_run
+                self.history.append(metrics)
+                self.outputs.log_metrics(metrics)
+                bar.update(1)
+                line = summary_line(metrics, total)
+                (bar.write(line, file=sys.stderr) if not bar.disable else print(line, flush=True))
+                if (int(tr.save_freq) > 0 and step % int(tr.save_freq) == 0) or step == stop:
+                    self.save()
+        finally:
+            bar.close()
+        return self.history
+
+    def close(self) -> None:
+        self.outputs.close()
+        self.engine.close()
+        for w in self.workers.values():
+            close = getattr(w, "close", None)
+            if close is not None:
+                close()
+
+
+def train(cfg: DictConfig) -> Path:
+    """Run training to the end; returns the run folder."""
+    trainer = LocalTrainer(cfg)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    print(f"run folder: {trainer.run_dir}", flush=True)
+    return trainer.run_dir

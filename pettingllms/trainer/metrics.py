@@ -1,0 +1,101 @@
+"""Per-step metrics computed from a Batch and the policy workers' update reports.
+
+Names (all floats unless noted):
+  reward/mean, reward/<agent>/mean   mean reward over every sampled candidate (what the
+                                     policy produces on average; the quantity GRPO raises)
+  episode/team_reward, episode/success_rate, episode/turns   committed trajectories
+  advantage/{mean,std,abs_mean,nonzero_frac,min,max}
+  groups/count, groups/mixed_frac    share of groups whose rewards are not all equal
+                                     (only those carry a learning signal)
+  tokens/{prompt,response,response_mean}, samples/count, samples/truncated_frac
+  policy/<name>/<key>                what PolicyWorker.update returned
+  train/<key>                        mean of policy/*/<key> over updated policies
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterable
+
+from pettingllms.records import Batch, Sample
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _std(xs: list[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = _mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+
+def _real(samples: Iterable[Sample]) -> list[Sample]:
+    return [s for s in samples if not s.info.get("padding", False)]
+
+
+def batch_metrics(batch: Batch, agents: Iterable[str] = ()) -> dict[str, float]:
+    samples = _real(batch.samples)
+    m: dict[str, float] = {}
+    rewards = [float(s.reward) for s in samples]
+    m["reward/mean"] = _mean(rewards)
+    m["reward/std"] = _std(rewards)
+    by_agent: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        by_agent[s.agent].append(float(s.reward))
+    for agent in list(agents) or sorted(by_agent):
+        m[f"reward/{agent}/mean"] = _mean(by_agent.get(agent, []))
+
+    eps = batch.episodes
+    m["episode/count"] = float(len(eps))
+    m["episode/team_reward"] = _mean([float(e.trajectory.team_reward) for e in eps])
+    m["episode/success_rate"] = _mean([1.0 if e.trajectory.success else 0.0 for e in eps])
+    m["episode/turns"] = _mean([float(e.trajectory.num_turns) for e in eps])
+
+    adv = [float(s.advantage) for s in samples]
+    m["advantage/mean"] = _mean(adv)
+    m["advantage/std"] = _std(adv)
+    m["advantage/abs_mean"] = _mean([abs(a) for a in adv])
+    m["advantage/nonzero_frac"] = _mean([1.0 if a != 0.0 else 0.0 for a in adv])
+    m["advantage/min"] = min(adv) if adv else float("nan")
+    m["advantage/max"] = max(adv) if adv else float("nan")
+
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for s in samples:
+        groups[tuple(s.group_key)].append(float(s.reward))
+    m["groups/count"] = float(len(groups))
+    m["groups/mixed_frac"] = _mean([1.0 if len(set(r)) > 1 else 0.0 for r in groups.values()])
+
+    m["samples/count"] = float(len(samples))
+    m["samples/truncated_frac"] = _mean([1.0 if s.finish_reason == "length" else 0.0 for s in samples])
+    m["tokens/prompt"] = float(sum(len(s.prompt_ids) for s in samples))
+    m["tokens/response"] = float(sum(len(s.response_ids) for s in samples))
+    m["tokens/response_mean"] = _mean([float(len(s.response_ids)) for s in samples])
+    return m
+
+
+def policy_metrics(reports: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Prefix each worker's report with its policy name and average shared keys."""
+    m: dict[str, float] = {}
+    pooled: dict[str, list[float]] = defaultdict(list)
+    for name, report in reports.items():
+        for k, v in report.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            m[f"policy/{name}/{k}"] = float(v)
+            if not k.startswith("timing/"):
+                pooled[k].append(float(v))
+    for k, vs in pooled.items():
+        m[f"train/{k}"] = _mean(vs)
+    return m
+
+
+def timing_sum(reports: dict[str, dict[str, Any]], suffix: str) -> float:
+    """Sum a timing key (e.g. 'logprob_s') across workers' reports, 0 if none reports it."""
+    total = 0.0
+    for report in reports.values():
+        for k, v in report.items():
+            if k.endswith(suffix) and isinstance(v, (int, float)):
+                total += float(v)
+    return total
