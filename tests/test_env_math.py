@@ -10,7 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pettingllms.envs import make_env
-from pettingllms.envs.math.env import extract_program, tool_answer_from_output
+from pettingllms.envs.math.env import tool_answer_from_output
+from pettingllms.envs.programs import extract_program
 from pettingllms.envs.math.verify import answers_equal, extract_answer, is_safe_to_parse
 
 PROBLEM = {"id": "p1", "question": "Tom has 3 apples and buys 4 more. How many apples?", "answer": "7"}

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from pettingllms.envs.base import MultiAgentEnv, StepResult, register_env
 # one program extractor for every env that runs agent code
-from pettingllms.envs.math.env import MAX_PROGRAM_CHARS, extract_program
+from pettingllms.envs.programs import MAX_PROGRAM_CHARS, extract_program
 
 # Seeds: train rows use [base, base + SPLIT_SPAN), test rows [base + SPLIT_SPAN, base + 2*SPLIT_SPAN)
 # with base = seed * 2 * SPLIT_SPAN, so the two splits never share a generation seed.

@@ -277,6 +277,7 @@ class PolicyWorker:
         old = self._old_logprobs(samples)
         mismatch = [0.0, 0.0, 0]  # |trainer - engine| logprob: sum, max, tokens (first pass)
         ref = self._logprob_rows(samples, reference=True) if float(self.algo.kl_coef) > 0 else None
+        metrics["logprob_s"] = time.perf_counter() - t0  # no-grad passes (old / reference), if any
         self._activate(train=True)
         n = len(samples)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(step))

@@ -30,31 +30,14 @@ from typing import Any
 
 from pettingllms.envs.base import MultiAgentEnv, StepResult, register_env
 from pettingllms.envs.math import prompts
+from pettingllms.envs.programs import MAX_PROGRAM_CHARS, extract_program
 from pettingllms.envs.math.verify import MAX_ANSWER_CHARS, answers_equal, extract_answer, extract_boxed, extract_final_number
 from pettingllms.sandbox import SandboxLimits, run_python
 
-MAX_PROGRAM_CHARS = 20_000  # longer "programs" are not run (and get 0)
 PROGRAM_OUTPUT_BYTES = 64_000  # what a program may print before the sandbox stops it
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-_OPEN_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z]{3,}")
 _MATH_WORDS = {"sqrt", "frac", "boxed", "log", "exp", "sin", "cos", "tan", "pi", "oo", "inf"}
-
-
-def extract_program(text: str) -> str | None:
-    """The code of a reply: the last complete fenced block; else an unclosed fence
-    (generation cut off) up to the end; else the whole text if it calls print()."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    blocks = [b for b in _FENCE.findall(text) if b.strip()]
-    if blocks:
-        return blocks[-1].strip("\n")
-    opened = list(_OPEN_FENCE.finditer(text))
-    if opened:
-        code = text[opened[-1].end():].strip("\n")
-        return code if code.strip() else None
-    return text.strip() if "print(" in text else None
 
 
 def tool_answer_from_output(stdout: str) -> str | None:
