@@ -45,7 +45,7 @@ class SamplingConfig:
 @dataclass
 class RolloutConfig:
     engine: str = "hf"  # hf | vllm | openai
-    strategy: str = "tree"  # tree (AT-GRPO) | flat (K independent episodes)
+    strategy: str = "tree"  # tree (AT-GRPO) | flat (K independent episodes) | autoevol (MetaAgent-X)
     k: int = 4  # candidates per (problem, turn, agent)
     batch_size: int = 4  # problems per training step
     max_prompt_tokens: int = 1024  # longer prompts are truncated from the left
@@ -200,7 +200,7 @@ def validate(cfg: Any) -> DictConfig:
 # Fields with a closed set of values (the schema comments list them).
 _CHOICES = {
     "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
-    "rollout.strategy": ("tree", "flat"),
+    "rollout.strategy": ("tree", "flat", "autoevol"),
     "algorithm.advantage": ("grpo", "agent_norm", "mean_only"),
     "algorithm.loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
     "algorithm.old_logprobs": ("recompute", "engine"),

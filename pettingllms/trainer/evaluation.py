@@ -20,7 +20,8 @@ from pettingllms.records import Episode
 def eval_config(cfg: DictConfig, k: int) -> DictConfig:
     """The training config with evaluation sampling: flat episodes, eval temperature."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    c["rollout"]["strategy"] = "flat"
+    if c["rollout"]["strategy"] != "autoevol":  # autoevol plays k designs x 1 execution itself
+        c["rollout"]["strategy"] = "flat"
     c["rollout"]["k"] = int(k)
     c["rollout"]["sampling"]["temperature"] = float(cfg.eval.temperature)
     return OmegaConf.create(c)

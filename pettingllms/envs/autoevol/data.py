@@ -1,0 +1,18 @@
+"""Data for `autoevol`: the math and code envs' own data sets, chosen by `env.data`.
+
+`env.data: math` (or `math_easy`, ...) builds with `pettingllms.envs.math.data`,
+`env.data: code` with `pettingllms.envs.code.data`; nothing is copied.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pettingllms.envs.code import data as code_data
+from pettingllms.envs.math import data as math_data
+
+
+def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None) -> dict:
+    """Write train/test parquet for the task family the folder name names (code* or math*)."""
+    name = Path(out_dir).name
+    module = code_data if name.startswith("code") else math_data
+    return module.build(out_dir, seed=seed, offline=offline)
