@@ -105,6 +105,14 @@ class PhaseConfig:
 
 
 @dataclass
+class RoleLrConfig:
+    """Per-role learning rates that rotate, for roles sharing one model (MetaAgent-X's stage-wise
+    alternation: designer / executor at 1e-9 / 5e-6, swapped every 10 steps)."""
+    lrs: dict[str, float] = field(default_factory=dict)  # agent -> lr in the first period; empty: off
+    swap_every: int = 0  # steps per period; each period rotates the rates one agent on (2: a swap); 0: never
+
+
+@dataclass
 class TrainerConfig:
     backend: str = "local"  # local | ray | verl
     total_steps: int = 20
@@ -124,6 +132,8 @@ class TrainerConfig:
     run_name: str = ""  # empty: a timestamp
     deterministic: bool = False
     phases: list[PhaseConfig] = field(default_factory=list)  # freeze/unfreeze schedule
+    role_lr: RoleLrConfig = field(default_factory=RoleLrConfig)  # per-role lr alternation
+    init_from: str = ""  # start the policies' weights from this checkpoint (e.g. the SFT cold start)
     log_tensorboard: bool = True
     progress_bar: bool = True
     threads: int = 0  # torch threads; 0 keeps torch's default

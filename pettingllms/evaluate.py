@@ -19,17 +19,8 @@ from pettingllms.config import ConfigError
 
 
 def _resolve_checkpoint(path: str) -> Path:
-    from pettingllms.trainer import checkpoint as ckpt_io
-
-    p = Path(path)
-    if (p / "checkpoints").is_dir():
-        latest = ckpt_io.latest_checkpoint(p)
-        if latest is None:
-            raise ConfigError(f"eval.checkpoint={path}: no complete checkpoint in that run folder")
-        return latest
-    if not ckpt_io.is_complete(p):
-        raise ConfigError(f"eval.checkpoint={path}: not a complete checkpoint folder")
-    return p
+    from pettingllms.trainer.checkpoint import resolve_checkpoint
+    return resolve_checkpoint(path, "eval.checkpoint")
 
 
 def run_evaluation(cfg: DictConfig) -> dict[str, Any]:

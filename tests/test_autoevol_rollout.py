@@ -14,19 +14,14 @@ Executor samples (one per node call, reward = its own execution's outcome):
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
-
 import pytest
 
+from autoevol_fakes import DESIGN_A, DESIGN_B, NO_DESIGN, scripted_run_designs
 from fakes import ScriptedEngine, make_cfg
 from pettingllms.algorithms.advantages import compute_advantages
 from pettingllms.envs import make_env
 from pettingllms.rollout.strategies.autoevol import AutoEvolRollout
 
-DESIGN_A = "Plan.\n```python\n# design A\nsolver = agent('solver')\n```"
-DESIGN_B = "```python\n# design B\nsolver = agent('solver')\n```"
-NO_DESIGN = "I would ask a solver."
-ANSWERS = {("A", 0): "\\boxed{5}", ("A", 1): "\\boxed{4}", ("B", 1): "The answer is \\boxed{5}"}
 PROBLEM = {"id": "p0", "question": "What is 2 + 3?", "answer": "5"}
 POLICY = {"designer": "des", "executor": "exe"}
 
@@ -35,39 +30,6 @@ def _script(request):
     if request.request_id.endswith("/design"):
         return [DESIGN_A, DESIGN_B, NO_DESIGN]
     return [f"node reply for {request.request_id}"]
-
-
-def scripted_run_designs(log):
-    """A stand-in for pettingllms.mas.executor.run_designs with the same signature: each node is
-    one engine request of the executor policy (all live jobs' nodes in one generate call)."""
-    def run(jobs, engine, policy, sampling, budgets, seed):
-        log.append(dict(jobs=list(jobs), policy=policy, sampling=sampling, seed=seed))
-        plans = {}
-        for job in jobs:
-            name = "A" if "design A" in job.design_source else "B"
-            x = int(job.job_id.rsplit("x", 1)[1])
-            plans[job.job_id] = (name, x, 2 if name == "A" else 1)
-        calls = {j.job_id: [] for j in jobs}
-        for node in range(2):
-            live = [j for j in jobs if node < plans[j.job_id][2]]
-            reqs = [SimpleNamespace(job=j, messages=[{"role": "user", "content": f"{j.question} #{node}"}])
-                    for j in live]
-            from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
-            outs = engine.generate([GenerationRequest(messages=r.messages, policy=policy,
-                                                      params=SamplingParams(n=1), request_id=f"{r.job.job_id}/n{node}")
-                                    for r in reqs])
-            for r, comps in zip(reqs, outs):
-                calls[r.job.job_id].append(SimpleNamespace(node_id=f"n{node}", role="solver",
-                                                           messages=r.messages, completion=comps[0]))
-        results = []
-        for job in jobs:
-            name, x, _ = plans[job.job_id]
-            answer = ANSWERS.get((name, x))
-            results.append(SimpleNamespace(job_id=job.job_id, ok=answer is not None, answer=answer,
-                                           error=None if answer else "budget: calls", trace=[], log="",
-                                           timing={}, node_calls=calls[job.job_id]))
-        return results[::-1]  # order must not matter: results are matched by job id
-    return run
 
 
 @pytest.fixture(autouse=True)

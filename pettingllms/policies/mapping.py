@@ -211,3 +211,18 @@ def trainable_policies(phases: Any, step: int, names: Iterable[str]) -> set[str]
         return set(names)
     wanted = list(_get(chosen, "train_policies") or [])
     return set(wanted) if wanted else set(names)
+
+
+def role_lrs_at(role_lr: Any, step: int) -> dict[str, float] | None:
+    """trainer.role_lr at `step` (numbered from 1): agent -> lr, or None when unset.
+
+    Period p = (step - 1) // swap_every rotates the configured rates p places along the listed
+    agents, so with two agents they swap every `swap_every` steps.
+    """
+    lrs = dict(_get(role_lr, "lrs") or {})
+    if not lrs:
+        return None
+    agents, rates = list(lrs), [float(v) for v in lrs.values()]
+    every = int(_get(role_lr, "swap_every", 0) or 0)
+    shift = ((int(step) - 1) // every) % len(agents) if every > 0 else 0
+    return {a: rates[(i - shift) % len(agents)] for i, a in enumerate(agents)}

@@ -21,7 +21,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -32,6 +32,17 @@ from pettingllms.policies.lora import SharedLoraBase
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.records import Sample
 from pettingllms.utils.models import load_causal_lm, torch_dtype
+
+_ROLE_KEYS = ("loss", "grad_norm", "num_samples")  # also reported per role under trainer.role_lr
+_SUMMED = ("num_samples", "num_tokens", "optimizer_steps", "update_s", "logprob_s")
+
+
+def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One report for several per-role passes: counts and times add up, the rest is averaged."""
+    keys = {k for p in parts for k in p}
+    return {k: (sum if k in _SUMMED else (lambda xs: sum(xs) / len(xs)))([p[k] for p in parts if k in p])
+            for k in keys}
+
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -263,8 +274,15 @@ class PolicyWorker:
         mb = max(1, int(self.trainer.micro_batch_size))
         return [idx[i: i + mb] for i in range(0, len(idx), mb)]
 
-    def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
-        """Train on this policy's samples; returns metrics (unprefixed)."""
+    def update(self, samples: Sequence[Sample], step: int,
+               role_lrs: Optional[Mapping[str, float]] = None) -> dict[str, float]:
+        """Train on this policy's samples; returns metrics (unprefixed).
+
+        `role_lrs` (trainer.role_lr): agent -> learning rate for this step. Each listed agent's
+        samples then get their own optimizer pass at that rate (times the schedule's factor), so
+        two roles of one shared model can train at different rates; rate 0 skips the role.
+        Metrics are then prefixed `<agent>/`. The LR schedule advances once per call either way.
+        """
         if not self.trainable:
             return {"frozen": 1.0}
         samples = list(samples)
@@ -272,6 +290,31 @@ class PolicyWorker:
         samples = [s for s in samples if s.response_ids]
         if not samples:
             return {"num_samples": 0.0}
+        if not role_lrs:
+            metrics = self._train(samples, step)
+        else:
+            metrics = {}
+            factor = float(self.scheduler.lr_lambdas[0](self.scheduler.last_epoch))
+            by_agent: dict[str, list[Sample]] = {}
+            for s in samples:
+                by_agent.setdefault(s.agent, []).append(s)
+            parts = []
+            for agent, part in by_agent.items():
+                lr = float(role_lrs.get(agent, self.spec.lr))
+                metrics[f"{agent}/lr"] = lr * factor
+                if lr == 0.0:
+                    continue
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr * factor
+                parts.append(self._train(part, step))
+                metrics.update({f"{agent}/{k}": parts[-1][k] for k in _ROLE_KEYS})
+            metrics.update(_combine(parts))
+        self.scheduler.step()  # also puts the scheduled (unscaled) lr back
+        self.updates += 1
+        return metrics
+
+    def _train(self, samples: list[Sample], step: int) -> dict[str, float]:
+        """ppo_epochs x mini_batches optimizer steps on `samples` at the optimizer's current lr."""
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
         old = self._old_logprobs(samples)
@@ -314,8 +357,6 @@ class PolicyWorker:
             "optimizer_steps": float(n_steps), "num_samples": float(n),
             "num_tokens": float(sum(len(s.response_ids) for s in samples)),
             "update_s": time.perf_counter() - t0})
-        self.scheduler.step()
-        self.updates += 1
         return metrics
 
     # ---------------------------------------------------------------- weights
@@ -348,12 +389,14 @@ class PolicyWorker:
             except Exception:  # a base without a tokenizer still checkpoints its weights
                 pass
 
-    def load(self, folder: str | Path) -> None:
+    def load(self, folder: str | Path, weights_only: bool = False) -> None:
+        """Resume from a saved policy; `weights_only` (trainer.init_from) takes its weights and
+        leaves the optimizer, LR schedule and update count fresh."""
         folder = Path(folder)
         if not (folder / "policy.json").exists():
             raise FileNotFoundError(f"no policy checkpoint at {folder}")
         self._ensure_loaded()
-        self._load_state(folder)
+        self._load_state(folder, weights_only)
 
     def _save_state(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -373,7 +416,7 @@ class PolicyWorker:
         ptr = own[key].data_ptr()
         return any(k in saved and own[k].data_ptr() == ptr for k in own if k != key)
 
-    def _load_state(self, folder: Optional[Path]) -> None:
+    def _load_state(self, folder: Optional[Path], weights_only: bool = False) -> None:
         if folder is None:
             return
         meta = json.loads((folder / "policy.json").read_text())
@@ -395,6 +438,8 @@ class PolicyWorker:
                 raise ValueError(f"checkpoint at {folder} does not fit '{self.name}': shape mismatch "
                                  f"{wrong[:3]}, missing {missing[:3]}, unexpected {unexpected[:3]}")
             self.model.load_state_dict(state, strict=False)
+        if weights_only:
+            return
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))
         self.updates = int(meta.get("updates", 0))

@@ -71,13 +71,32 @@ def load_state(ckpt: Path) -> dict[str, Any]:
     return torch.load(Path(ckpt) / STATE_FILE, weights_only=True)
 
 
-def load_policies(ckpt: Path, workers: Mapping[str, Any]) -> None:
+def resolve_checkpoint(path: str, what: str) -> Path:
+    """A checkpoint folder, or a run folder's latest complete checkpoint; ConfigError names `what`."""
+    from pettingllms.config import ConfigError
+
+    p = Path(path)
+    if (p / "checkpoints").is_dir():
+        latest = latest_checkpoint(p)
+        if latest is None:
+            raise ConfigError(f"{what}={path}: no complete checkpoint in that run folder")
+        return latest
+    if not is_complete(p):
+        raise ConfigError(f"{what}={path}: not a complete checkpoint folder")
+    return p
+
+
+def load_policies(ckpt: Path, workers: Mapping[str, Any], weights_only: bool = False) -> None:
+    """Load each worker from <ckpt>/policies/<name>; `weights_only` keeps optimizers fresh."""
     for name, worker in workers.items():
         folder = Path(ckpt) / "policies" / name
         if not folder.exists():
             raise FileNotFoundError(f"checkpoint {ckpt} has no policy '{name}' "
                                     f"(it has: {sorted(p.name for p in (Path(ckpt) / 'policies').iterdir())})")
-        worker.load(str(folder))
+        if weights_only:
+            worker.load(str(folder), weights_only=True)
+        else:
+            worker.load(str(folder))
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> None:

@@ -91,6 +91,9 @@ def build_rollout_engine(cfg: DictConfig, bases: dict[str, str]) -> Any:
 
 def make_rollout(engine: Any, env_factory: Callable[[], Any], agent_policy: dict[str, str],
                  cfg: DictConfig) -> Any:
+    if (str(cfg.env.name) == "autoevol") != (str(cfg.rollout.strategy) == "autoevol"):
+        raise ConfigError("env=autoevol and rollout=autoevol go together (MetaAgent-X's designs x "
+                          f"executions); got env.name={cfg.env.name}, rollout.strategy={cfg.rollout.strategy}")
     if str(cfg.rollout.strategy) == "autoevol":  # MetaAgent-X: designs x executions, not turns
         from pettingllms.rollout.strategies.autoevol import AutoEvolRollout
         return AutoEvolRollout(engine, env_factory, agent_policy, cfg)

@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig
 
 from pettingllms.config import ConfigError
+from pettingllms.policies.mapping import role_lrs_at
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
 from pettingllms.trainer.data import DataOrder
@@ -53,6 +54,14 @@ def check_phases(cfg: DictConfig, names: list[str]) -> None:
         if unknown:
             raise ConfigError(f"trainer.phases[start_step={phase.start_step}] names unknown policies "
                               f"{unknown}; the policies are {names}")
+
+
+def check_role_lr(cfg: DictConfig, agents: list[str]) -> None:
+    unknown = [a for a in cfg.trainer.role_lr.lrs if a not in agents]
+    if unknown:
+        raise ConfigError(f"trainer.role_lr.lrs names unknown agents {unknown}; the agents are {agents}")
+    if int(cfg.trainer.role_lr.swap_every) < 0:
+        raise ConfigError("trainer.role_lr.swap_every must be >= 0")
 
 
 def resolve_run(cfg: DictConfig) -> tuple[Path, Path | None]:
@@ -100,6 +109,11 @@ class LocalTrainer:
         self.workers: dict[str, Any] = dict(self.policies.workers)
         self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
         check_phases(cfg, list(self.workers))
+        check_role_lr(cfg, self.agents)
+        if resume_from is None and str(tr.init_from):  # e.g. the SFT cold start; a resume wins
+            init = ckpt_io.resolve_checkpoint(str(tr.init_from), "trainer.init_from")
+            ckpt_io.load_policies(init, self.workers, weights_only=True)
+            log.info("policies start from %s", init)
         if engine is None:
             engine = comp.build_rollout_engine(cfg, comp.policy_bases(self.policies))
         self.engine = TimedEngine(engine)
@@ -140,8 +154,12 @@ class LocalTrainer:
         updated = [name for name in self.workers if name in on]
         with sw.section("update"):
             parts = self.policies.split(batch.samples)
+            lrs = role_lrs_at(cfg.trainer.role_lr, step)  # trainer.role_lr: per-role rates
             for name in updated:
-                reports[name] = self.workers[name].update(parts[name], step)
+                if lrs is None:
+                    reports[name] = self.workers[name].update(parts[name], step)
+                else:
+                    reports[name] = self.workers[name].update(parts[name], step, role_lrs=lrs)
         with sw.section("sync"):
             comp.push_weights(self.engine, self.workers, updated)
         with sw.section("bookkeeping"):
