@@ -37,7 +37,7 @@ def designer_prompt(monkeypatch):
     # The designer prompt is the MAS package's; a fixed one keeps this test about rewards.
     import pettingllms.mas.prompts as prompts
     monkeypatch.setattr(prompts, "designer_messages",
-                        lambda q, task="math": [{"role": "user", "content": f"design for: {q}"}])
+                        lambda q, feedback=None: [{"role": "user", "content": f"design for: {q}"}])
 
 
 def _run(group="question", k=None, problems=(PROBLEM,)):
@@ -84,7 +84,7 @@ def test_requests_jobs_and_policies():
     batch, engine, log = _run()
     (designer_call, *node_calls) = engine.calls
     (req,) = designer_call
-    assert req.policy == "des" and req.params.n == 3 and req.params.max_new_tokens == 512
+    assert req.policy == "des" and req.params.n == 3 and req.params.max_new_tokens == 768
     assert req.messages == [{"role": "user", "content": "design for: What is 2 + 3?"}]
     (call,) = log
     # the reply without a design is never executed; the others run N = 2 times each

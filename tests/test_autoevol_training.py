@@ -83,7 +83,7 @@ def make_trainer(cfg, monkeypatch, log=None):
     monkeypatch.setattr(autoevol, "_default_run_designs", lambda: scripted_run_designs([] if log is None else log))
     import pettingllms.mas.prompts as prompts
     monkeypatch.setattr(prompts, "designer_messages",
-                        lambda q, task="math": [{"role": "user", "content": f"Design for: {q}"}])
+                        lambda q, feedback=None: [{"role": "user", "content": f"Design for: {q}"}])
     agents = ["designer", "executor"]
     plan_bases = {n: str(cfg.model.path) for n in (["shared"] if cfg.agents_mode == "explicit" else agents)}
     engine = ScriptedDesigner(comp.build_rollout_engine(cfg, plan_bases), load_tokenizer(str(cfg.model.path)),

@@ -45,9 +45,7 @@ class AutoEvolOptions:
     executor_group: str = "question"  # question | design
     format_valid: float = 0.1  # designer bonus x fraction of its executions that ran to an answer
     format_missing: float = -0.1  # designer term when its reply holds no design at all
-    designer_max_new_tokens: int = 512  # designs are programs: longer than one node's reply
     strict_boxed: bool = False  # math: read an unboxed answer by its last number
-    budgets: dict[str, Any] = field(default_factory=dict)  # MasBudgets fields (nodes, calls, tokens, wall)
     grader: dict[str, Any] = field(default_factory=dict)  # code: test_wall_s, test_memory_mb
 
     def check(self) -> None:
@@ -136,7 +134,7 @@ class AutoEvolEnv(MultiAgentEnv):
     def observation(self, agent: str) -> list[dict[str, str]]:
         if agent == "designer":
             from pettingllms.mas.prompts import designer_messages
-            return designer_messages(self.question, task=self.opts.task)
+            return designer_messages(self.question)
         if agent == "executor":
             raise KeyError("autoevol: the executor's prompts are the design's nodes; "
                            "the autoevol rollout builds them")

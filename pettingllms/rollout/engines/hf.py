@@ -28,6 +28,15 @@ from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokeniz
 from pettingllms.utils.seeding import derive_seed
 
 
+def render_chat(tok: Any, messages: list[Mapping[str, str]]) -> str:
+    """The prompt text for chat messages, ending where the assistant's reply begins (also what
+    SFT trains on, so supervised and sampled replies see the same context)."""
+    if tok.chat_template:
+        return tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+    # base models without a chat template: a plain transcript
+    return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+
+
 @dataclass
 class _ModelSlot:
     """One generation model and the policies that run on it."""
@@ -152,11 +161,7 @@ class HFEngine(RolloutEngine):
             raise ValueError(f"request {request.request_id!r}: messages must be a non-empty list of "
                              "{'role': str, 'content': str}")
         tok = slot.tokenizer
-        if tok.chat_template:
-            text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
-        else:  # base models without a chat template: a plain transcript
-            text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
-        ids = tok(text, add_special_tokens=False)["input_ids"]
+        ids = tok(render_chat(tok, messages), add_special_tokens=False)["input_ids"]
         if not ids:
             raise ValueError(f"request {request.request_id!r} renders to an empty prompt")
         return list(ids[-self.max_prompt_tokens:])  # keep the end: it holds the latest turn

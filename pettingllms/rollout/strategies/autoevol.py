@@ -83,7 +83,7 @@ class AutoEvolRollout:
         opts = envs[0][1].opts
         m, n = (int(k), 1) if k is not None else (int(opts.designs), int(opts.executions))
         designs = self._design(envs, m, seed)
-        results = self._execute(designs, n, seed, opts)
+        results = self._execute(designs, n, seed)
         return Batch(step=step, episodes=[self._episode(d, results, n, opts.executor_group)
                                           for d in designs])
 
@@ -92,7 +92,9 @@ class AutoEvolRollout:
         return _sampling_dict(cfg_get(self.cfg, "rollout.sampling", None))
 
     def _design(self, envs: list[tuple[str, AutoEvolEnv]], m: int, seed: int) -> list[_Design]:
-        sampling = {**self._sampling(), "max_new_tokens": int(envs[0][1].opts.designer_max_new_tokens)}
+        # a design is a program, longer than one node's reply: the designer's own token budget
+        sampling = {**self._sampling(),
+                    "max_new_tokens": int(cfg_get(self.cfg, "mas.designer_sampling.max_new_tokens", 768))}
         policy = self.agent_policy[DESIGNER]
         requests = [GenerationRequest(messages=env.observation(DESIGNER), policy=policy,
                                       params=SamplingParams(n=m, seed=derive_seed(seed, key, DESIGNER),
@@ -104,7 +106,7 @@ class AutoEvolRollout:
         return [_Design(key=key, env=env, index=i, completion=c, source=design_source(c.text))
                 for (key, env), comps in zip(envs, outputs) for i, c in enumerate(comps)]
 
-    def _execute(self, designs: list[_Design], n: int, seed: int, opts: Any) -> dict[str, Any]:
+    def _execute(self, designs: list[_Design], n: int, seed: int) -> dict[str, Any]:
         from pettingllms.mas.executor import DesignJob, MasBudgets
 
         jobs = [DesignJob(design_source=d.source, question=d.env.question, job_id=_job_id(d, j))
@@ -113,7 +115,8 @@ class AutoEvolRollout:
             return {}
         sampling = SamplingParams(n=1, **self._sampling())
         results = self.run_designs(jobs, self.engine, self.agent_policy[EXECUTOR], sampling,
-                                   MasBudgets(**dict(opts.budgets)), derive_seed(seed, EXECUTOR))
+                                   MasBudgets.from_cfg(cfg_get(self.cfg, "mas.budgets", None)),
+                                   derive_seed(seed, EXECUTOR))
         by_id = {r.job_id: r for r in results}
         missing = [j.job_id for j in jobs if j.job_id not in by_id]
         if missing:
