@@ -152,6 +152,17 @@ class EvalConfig:
 
 
 @dataclass
+class SftConfig:
+    """Supervised fine-tuning (`python -m pettingllms.sft`): token-level NLL of each row's reply
+    given its messages, on the policy workers (LoRA or full), e.g. the MetaAgent-X cold start."""
+    data: str = "datasets/autoevol_sft/train.jsonl"  # JSONL rows: agent, messages, reply (+ source, synthetic)
+    epochs: int = 2
+    batch_size: int = 8  # rows per optimizer step (per policy)
+    limit: Optional[int] = None  # use the first N rows
+    agents: list[str] = field(default_factory=list)  # train only these agents' rows; empty: all
+
+
+@dataclass
 class ExperimentConfig:
     experiment: str = "default"
     seed: int = 0
@@ -168,6 +179,7 @@ class ExperimentConfig:
     agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
 
 
 class ConfigError(ValueError):

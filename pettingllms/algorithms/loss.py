@@ -124,3 +124,14 @@ def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
         metrics["kl"] = kl.item()
     metrics["loss"] = loss.item()
     return loss, metrics
+
+
+def sft_nll_loss(logprobs: torch.Tensor, mask: torch.Tensor, total_tokens: float) -> torch.Tensor:
+    """Supervised fine-tuning: token-level negative log-likelihood of the reply tokens.
+
+    `logprobs` [B, T] are the reply tokens' logprobs (the prompt is never a target: it is
+    masked out by construction), `mask` marks real reply tokens. Dividing by the whole batch's
+    `total_tokens` (not this micro-batch's) makes accumulated micro-batches add up to the
+    batch's token mean.
+    """
+    return -(logprobs * mask.to(logprobs.dtype)).sum() / max(float(total_tokens), 1.0)

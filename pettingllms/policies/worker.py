@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 from torch import Tensor
 
-from pettingllms.algorithms.loss import ppo_loss
+from pettingllms.algorithms.loss import ppo_loss, sft_nll_loss
 from pettingllms.policies.logprobs import pack, response_logprobs
 from pettingllms.policies.lora import SharedLoraBase
 from pettingllms.policies.mapping import PolicySpec
@@ -359,6 +359,36 @@ class PolicyWorker:
             "update_s": time.perf_counter() - t0})
         return metrics
 
+    def sft_update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One supervised optimizer step: token-mean NLL of the samples' response tokens (the
+        prompt is context only), micro-batched, at temperature 1. Used by the SFT cold start."""
+        samples = [s for s in samples if s.response_ids]
+        if not samples:
+            return {"num_samples": 0.0}
+        t0 = time.perf_counter()
+        self._activate(train=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        total = sum(len(s.response_ids) for s in samples)
+        nll = 0.0
+        for micro in self._micro_batches(list(range(len(samples))), samples):
+            batch = pack([samples[i] for i in micro], self._pad_id())
+            with self._autocast():
+                lp, _ = response_logprobs(self.model, batch, int(self.trainer.logprob_chunk), 1.0)
+            loss = sft_nll_loss(lp.float(), batch.mask.to(lp.device), total)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"policy '{self.name}': non-finite SFT loss {float(loss)}")
+            loss.backward()
+            nll += loss.item()
+        clip = float(self.trainer.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.updates += 1
+        return {"nll": nll, "grad_norm": float(norm), "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "num_samples": float(len(samples)), "num_tokens": float(total),
+                "update_s": time.perf_counter() - t0}
+
     # ---------------------------------------------------------------- weights
     @torch.no_grad()
     def generation_weights(self) -> dict[str, Tensor]:
@@ -410,6 +440,15 @@ class PolicyWorker:
                 "base": self.spec.base, "updates": self.updates, "trainable": self.trainable}
         (folder / "policy.json").write_text(json.dumps(meta, indent=1))
 
+    @torch.no_grad()
+    def _merge_adapter_from(self, adapter: Path) -> None:
+        """Set this full model's weights to its base with a saved peft adapter merged in."""
+        from peft import PeftModel
+
+        base = load_model(self.spec.base, self.train_dtype, self.device)
+        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+        self.model.load_state_dict(merged.state_dict(), strict=False)
+
     @staticmethod
     def _is_tied(key: str, own: dict[str, Tensor], saved: dict[str, Tensor]) -> bool:
         """A weight the checkpoint omits because it shares storage with one it has."""
@@ -421,6 +460,9 @@ class PolicyWorker:
             return
         meta = json.loads((folder / "policy.json").read_text())
         kind = "lora" if self.spec.is_lora else "full"
+        if weights_only and meta.get("kind") == "lora" and kind == "full":
+            self._merge_adapter_from(folder / "adapter")  # e.g. a LoRA cold start, full-FT RL
+            return
         if meta.get("kind") != kind:
             raise ValueError(f"checkpoint at {folder} is a {meta.get('kind')} policy; '{self.name}' is {kind}")
         if self.spec.is_lora:
