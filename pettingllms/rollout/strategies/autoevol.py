@@ -3,11 +3,12 @@
 Same surface as `pettingllms.rollout.runner.Rollout` (`run(problems, seed, k, step) -> Batch`),
 so the trainer, advantages, metrics and evaluation use it unchanged. One step:
 
-1. designer: one request per problem, n = M, all problems in ONE engine.generate call;
+1. designer: one request per problem, n = M, all problems in ONE engine.generate call
+   (rollout.sampling, with mas.designer_sampling.max_new_tokens: a design is a whole program);
 2. executor: every (problem, design, execution) whose design has a program becomes a
-   `DesignJob`; `pettingllms.mas.executor.run_designs` runs them all in the sandbox and batches
-   every node's LLM call across the live executions through the same engine (executor policy,
-   the training sampling settings);
+   `DesignJob`; `pettingllms.mas.executor.run_designs` runs them all in the sandbox under
+   `mas.budgets` and batches every node's LLM call across the live executions through the same
+   engine (executor policy, rollout.sampling: sampled, so N executions of a design differ);
 3. rewards (see pettingllms/envs/autoevol/env.py): each execution is graded by the env; every
    node call of execution j is an executor Sample with reward outcome_j; each design is a
    designer Sample with reward mean_j outcome_j + format terms.
