@@ -180,3 +180,20 @@ def test_error_counts_by_kind(monkeypatch):
     assert diff == {"runs": 4, "errors/memory": 1, "errors/timeout": 1}
     assert [error_kind(e) for e in ("cpu_time", "signal:SIGSEGV", "sandbox_error: x", None)] \
         == ["timeout", "crash", "internal", None]
+
+
+def test_step_metrics_and_the_domination_warning():
+    from pettingllms.trainer.metrics import counter_delta, sandbox_warning
+
+    before = {"runs": 10, "errors/timeout": 2}
+    after = {"runs": 16, "errors/timeout": 4, "errors/refused": 2}
+    m = counter_delta(before, after, "sandbox")
+    assert m == {"sandbox/runs": 6.0, "sandbox/errors/timeout": 2.0,
+                 "sandbox/errors/refused": 2.0, "sandbox/errors": 4.0}
+    line = sandbox_warning(m)
+    assert line.startswith("4 of 6 sandbox runs") and "refused 2" in line and "timeout 2" in line
+    assert sandbox_warning(counter_delta(before, {"runs": 16, "errors/timeout": 5},
+                                         "sandbox")) is None  # 3 of 6: not more than half
+    assert sandbox_warning(counter_delta(before, before, "sandbox")) is None  # no runs
+    assert counter_delta({}, {"errors/TypeError": 1}, "judge") == {
+        "judge/errors/TypeError": 1.0, "judge/errors": 1.0}
