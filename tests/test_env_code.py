@@ -51,6 +51,8 @@ def _rows(folder: Path) -> list[dict]:
 def test_build_is_deterministic_and_rows_are_sound(built):
     out, kw, report = built
     assert report["humaneval"] == 4 and report["codeio"] == 2 and report["online"] is False
+    assert report["humaneval_kept"] == 4 and report["humaneval_verify"]["dropped_rows"] == []
+    assert report["codeio_verify"]["dropped_rows"] == []
     report_b = build(out / "b", **kw)
     for split in ("train", "test"):
         a = pd.read_parquet(out / "a" / f"{split}.parquet")
