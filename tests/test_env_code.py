@@ -148,7 +148,8 @@ def test_garbage_tester_output_scores_zero():
     env.reset(ADD_PROBLEM, seed=0)
     env.step("coder", GOOD_ADD)
     for junk in ["", "assert", "```python\nassert add(1, 1) == 3\n```", "y" * 100_000,
-                 "```python\nimport os\nos._exit(0)\n```"]:
+                 "```python\nimport os\nos._exit(0)\n```", "```python\nassert True\n```",
+                 "```python\nx = 2\nassert x + 2 == 4, 'add(2, 2)'\n```"]:
         r = env.step("tester", junk)
         assert r.local_reward == 0.0, junk[:40]
         assert not env.agreed

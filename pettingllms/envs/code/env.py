@@ -101,7 +101,9 @@ class _CodeEnvBase(MultiAgentEnv):
 
     def _parse_tests(self, action: str, tests_block_only: bool = False) -> list:
         if self.problem["kind"] == "function":
-            return extract_assert_tests(action, self.max_tests, tests_block_only)
+            # `assert True` would be "valid" (the reference passes it) and test nothing
+            return extract_assert_tests(action, self.max_tests, tests_block_only,
+                                        uses=self.problem["entry_point"])
         return extract_io_tests(action, self.max_tests, tests_block_only)
 
     def _usable(self, action: Any) -> str:

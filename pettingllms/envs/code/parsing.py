@@ -114,10 +114,12 @@ def split_assert_tests(src: str, max_tests: int, uses: str | None = None) -> lis
     return tests
 
 
-def extract_assert_tests(text: str, max_tests: int, tests_block_only: bool = False) -> list[str]:
+def extract_assert_tests(text: str, max_tests: int, tests_block_only: bool = False,
+                         uses: str | None = None) -> list[str]:
     """Tester answer -> assert tests (from ```python/```tests blocks, else the raw text).
 
     `tests_block_only`: read only ```tests blocks (the single-agent answer holds code too).
+    `uses`: drop tests that never reference this function (see split_assert_tests).
     """
     if not isinstance(text, str):
         return []
@@ -126,7 +128,7 @@ def extract_assert_tests(text: str, max_tests: int, tests_block_only: bool = Fal
     if tests_block_only and not blocks:
         return []
     src = "\n".join(blocks) if blocks else text
-    return split_assert_tests(src, max_tests)
+    return split_assert_tests(src, max_tests, uses)
 
 
 def extract_io_tests(text: str, max_tests: int, tests_block_only: bool = False
