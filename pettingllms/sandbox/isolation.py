@@ -246,7 +246,7 @@ _PROBE = """
 import os, socket
 out = []
 try:
-    open(os.path.join('..', 'escape.txt'), 'w').write('x')
+    open({outside!r}, 'w').write('x')
     out.append('wrote outside')
 except OSError:
     pass
@@ -275,7 +275,14 @@ def probe_confinement(python: str, prlimit: str | None, separate_uid: bool
         return "", f"seccomp: {why}"
     desc = f"Landlock ABI {abi} + seccomp"
     trial = Backend("subprocess", python, separate_uid, prlimit=prlimit, confinement=desc)
-    r = run_with(trial, _PROBE, "", SandboxLimits(wall_s=20.0, cpu_s=10.0))
+    import tempfile
+    outside = tempfile.mkdtemp(prefix="pllm-probe-")
+    try:
+        os.chmod(outside, 0o777)  # writable for any uid: only Landlock can stop the write
+        code = _PROBE.format(outside=os.path.join(outside, "escape.txt"))
+        r = run_with(trial, code, "", SandboxLimits(wall_s=20.0, cpu_s=10.0))
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
     if r.stdout.strip() != "contained":
         return "", f"confinement probe failed: {(r.error or r.stdout or r.stderr).strip()[:300]}"
     return desc, None

@@ -21,12 +21,12 @@ import torch
 from omegaconf import DictConfig
 
 from pettingllms.config import ConfigError
+from pettingllms.envs.math.verify import judge_counts
+from pettingllms.sandbox import sandbox_counts
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
-from pettingllms.envs.math.verify import judge_counts
-from pettingllms.sandbox import sandbox_counts
 from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_metrics,
                                          sandbox_warning, timing_sum)
 from pettingllms.trainer.outputs import RunOutputs, new_run_dir, summary_line
