@@ -265,3 +265,21 @@ def test_doing_nothing_scores_zero_on_every_humaneval_problem():
         scores = list(pool.map(score, rows))
     gamed = {r["id"]: s for r, s in zip(rows, scores) if any(s.values())}
     assert gamed == {}
+
+
+def test_a_refusing_sandbox_stops_the_build_instead_of_emptying_it(monkeypatch):
+    from pettingllms.config import ConfigError
+    from pettingllms.sandbox import configure_sandbox, isolation
+
+    monkeypatch.setenv("PETTINGLLMS_SANDBOX", "subprocess")
+    monkeypatch.delenv("PETTINGLLMS_SANDBOX_ALLOW_WEAK", raising=False)
+    monkeypatch.setattr(isolation, "probe_confinement",
+                        lambda *a, **k: ("", "Landlock unavailable (simulated)"))
+    configure_sandbox(None)
+    isolation.reset_backend()
+    try:
+        row = {**ADD_PROBLEM, "tests": json.loads(ADD_PROBLEM["tests"])}
+        with pytest.raises(ConfigError, match="sandbox.allow_weak=true"):
+            verify_function_rows([row])
+    finally:
+        isolation.reset_backend()
