@@ -35,9 +35,9 @@ from pettingllms.envs.code.execution import function_program, outputs_match, sol
 from pettingllms.envs.code.parsing import humaneval_tests
 from pettingllms.sandbox import SandboxLimits, run_many
 
+log = logging.getLogger(__name__)
 BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)
 MAX_REF_TESTS = 10
-log = logging.getLogger(__name__)
 MAX_IO_CHARS = 1500
 IO_FORMAT = ("Input/output: your program reads the inputs as one JSON object (keys are the "
              "input names above) from standard input and prints the returned value as JSON "
@@ -165,7 +165,8 @@ NO_OP = "pass"  # a candidate that does nothing: it must fail at least one kept 
 
 
 def _passed(jobs: list[tuple[str, str]], marker: str) -> list[bool]:
-    _refused(results := run_many(jobs, BUILD_LIMITS))
+    results = run_many(jobs, BUILD_LIMITS)
+    _refused(results)
     return [r.ok and r.stdout.rstrip().endswith(marker) for r in results]
 
 
