@@ -142,6 +142,13 @@ class EvalConfig:
 
 
 @dataclass
+class SandboxConfig:
+    """Where LLM-written code runs (pettingllms/sandbox). Without bubblewrap and without
+    Landlock + seccomp nothing contains it: it is refused unless allow_weak is true."""
+    allow_weak: bool = False  # run it uncontained there (the exposure is logged in one line)
+
+
+@dataclass
 class ExperimentConfig:
     experiment: str = "default"
     seed: int = 0
@@ -158,6 +165,7 @@ class ExperimentConfig:
     agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
 class ConfigError(ValueError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import math
 import shutil
 import tempfile
@@ -32,6 +33,8 @@ from pettingllms.policies.lora import SharedLoraBase
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.records import Sample
 from pettingllms.utils.models import load_causal_lm, torch_dtype
+
+log = logging.getLogger(__name__)
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -345,8 +348,11 @@ class PolicyWorker:
             try:
                 from pettingllms.utils.models import load_tokenizer
                 load_tokenizer(self.spec.base).save_pretrained(str(Path(folder) / "model"))
-            except Exception:  # a base without a tokenizer still checkpoints its weights
-                pass
+            except Exception as e:  # noqa: BLE001 - the weights are saved all the same
+                log.warning("policy %s: no tokenizer saved in %s (loading the tokenizer of %s "
+                            "failed: %s: %s); the folder holds the weights but is not a "
+                            "complete HF model folder", self.name, Path(folder) / "model",
+                            self.spec.base, type(e).__name__, str(e)[:200])
 
     def load(self, folder: str | Path) -> None:
         folder = Path(folder)
