@@ -12,7 +12,7 @@ ScriptedDesigner(engine, tokenizer, texts)  designer requests (request_id ".../d
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any
 
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
 
@@ -78,8 +78,8 @@ class ScriptedDesigner(RolloutEngine):
             out.append(comps)
         return out
 
-    def load_weights(self, policy: str, weights: Mapping[str, Any]) -> None:
-        self.engine.load_weights(policy, weights)
+    def update_weights(self, update: Any) -> None:
+        self.engine.update_weights(update)
 
     def close(self) -> None:
         self.engine.close()

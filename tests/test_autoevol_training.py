@@ -18,6 +18,7 @@ from pettingllms.cli.config_loading import load_config
 from pettingllms.config import ConfigError
 from pettingllms.policies import build_policies
 from pettingllms.policies.mapping import role_lrs_at
+from pettingllms.rollout import make_runner
 from pettingllms.trainer import components as comp
 
 PROBLEMS = [{"id": f"q{i}", "question": f"What is {i} + 5 - {i}?", "answer": "5", "source": "toy"}
@@ -169,7 +170,7 @@ def test_configs_reproduce_the_published_recipe():
 
 def test_bad_autoevol_configs_fail_clearly(tmp_path):
     with pytest.raises(ConfigError, match="env=autoevol and rollout=autoevol"):
-        comp.make_rollout(None, None, {}, load_config("autoevol_cotrain", ["rollout=tree"]))
+        make_runner(None, None, {}, load_config("autoevol_cotrain", ["rollout=tree"]))
     cfg = autoevol_cfg(tmp_path, "trainer.role_lr.lrs={designer: 0.1, critic: 0.1}")
     from pettingllms.trainer.local import check_role_lr
     with pytest.raises(ConfigError, match="critic"):

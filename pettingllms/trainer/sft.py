@@ -63,16 +63,16 @@ def row_sample(row: dict[str, Any], tokenizer: Any, max_prompt_tokens: int, inde
 
 def run_sft(cfg: DictConfig) -> Path:
     """Train every policy on its agents' rows for sft.epochs; returns the run folder."""
+    from pettingllms.policies import build_policies
     from pettingllms.utils.models import load_tokenizer
 
-    comp.check_backend(cfg)
     set_seed(int(cfg.seed), bool(cfg.trainer.deterministic))
     agents = list(comp.make_env_factory(cfg)().agents)
     rows = load_rows(cfg, agents)
     if not rows:
         raise ConfigError(f"sft.data={cfg.sft.data}: no rows for agents {list(cfg.sft.agents or agents)}")
     run_dir = new_run_dir(cfg)
-    policies = comp.build_policy_set(cfg, agents)
+    policies = build_policies(cfg, agents)
     tokenizers: dict[str, Any] = {}
     per_policy: dict[str, list[Sample]] = {name: [] for name in policies.workers}
     for i, row in enumerate(rows):

@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from pettingllms.config import ConfigError
     from pettingllms.trainer import checkpoint as ckpt_io
     from pettingllms.trainer import components as comp
+    from pettingllms.trainer.backends import make_backend
     from pettingllms.trainer.evaluation import eval_config
     from pettingllms.utils.seeding import derive_seed, set_seed
 
@@ -72,21 +73,21 @@ def main(argv: list[str] | None = None) -> int:
         set_seed(int(cfg.seed), True)
         env_factory = comp.make_env_factory(cfg)
         problems = comp.load_problems(cfg, args.split, args.problems)
-        policies = comp.build_policy_set(cfg, list(env_factory().agents))
+        backend = make_backend(cfg, env_factory)
     except ConfigError as e:
         print(f"design_validity: {e}", file=sys.stderr)
         return 2
-    engine = comp.build_rollout_engine(cfg, comp.policy_bases(policies))
     t0 = time.perf_counter()
     try:
+        policies = backend.build_policies(list(env_factory().agents))
+        backend.start(comp.policy_bases(policies))
         if ckpt is not None:
             ckpt_io.load_policies(ckpt, policies.workers, weights_only=True)
-            comp.push_weights(engine, dict(policies.workers))
-        rollout = comp.make_rollout(engine, env_factory, dict(policies.agent_policy), eval_config(cfg, 1))
-        batch = rollout.run(problems, seed=derive_seed(int(cfg.seed), "validity") % (2**31), k=1)
+            backend.sync_weights()
+        runner = backend.runner(eval_config(cfg, 1))
+        batch = runner.run(problems, seed=derive_seed(int(cfg.seed), "validity") % (2**31), k=1)
     finally:
-        engine.close()
-        policies.close()
+        backend.close()
     result = {"checkpoint": str(ckpt or ""), "model": str(cfg.model.path), "split": args.split,
               "temperature": float(cfg.eval.temperature), "wall_s": time.perf_counter() - t0,
               **summarise(batch.episodes)}
