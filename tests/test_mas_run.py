@@ -62,3 +62,11 @@ def test_run_query_all_attempts_fail(tmp_path):
     assert "import os" in (tmp_path / "mas_design.py").read_text()
     assert (tmp_path / "trace.jsonl").read_text() == ""
     assert "failed" in (tmp_path / "index.html").read_text()
+
+
+def test_fallback_template_is_a_labelled_attempt(tmp_path):
+    q = run_query("q", ScriptedEngine(lambda req: ["no code here"]), "d", ScriptedEngine(_executor),
+                  "e", tmp_path, {"max_attempts": 1, "fallback_template": "reflection"}, seed=0)
+    assert q.ok and [a.ok for a in q.attempts] == [False, True]
+    assert "fallback template 'reflection'" in q.attempts[1].designer_reply
+    assert (tmp_path / "mas_design.py").read_text().startswith("# Pattern: reflection")

@@ -97,7 +97,9 @@ def workflow_svg(trace: list[dict], ok: bool) -> str:
 
 def render_tabs(data: dict) -> str:
     ok = bool(data.get("ok"))
-    status = '<span class="ok">solved: ran to an answer</span>' if ok else \
+    source = (data.get("summary") or {}).get("source") or "designer"
+    via = "" if source == "designer" else f" (by the {_e(source)}, not the designer's design)"
+    status = f'<span class="ok">ran to an answer{via}</span>' if ok else \
         '<span class="bad">failed</span>'
     attempts = data.get("attempts") or []
     trace = data.get("trace") or []
@@ -114,10 +116,11 @@ def render_tabs(data: dict) -> str:
         _pre(data.get("log") or "")
     nodes = "".join(_node_details(t) for t in trace) or "<p>No node was called.</p>"
     rows = "".join(
-        f"<tr><td>{a.get('index')}</td><td>{'ok' if a.get('ok') else 'failed'}</td>"
+        f"<tr><td>{a.get('index')}</td><td>{_e(a.get('source'))}</td>"
+        f"<td>{'ok' if a.get('ok') else 'failed'}</td>"
         f"<td>{_e(a.get('error') or '')}</td><td><details><summary>designer reply</summary>"
         f"{_pre(a.get('designer_reply'))}</details></td></tr>" for a in attempts)
-    attempts_html = ("<table><tr><th>#</th><th>result</th><th>error</th><th>reply</th></tr>"
+    attempts_html = ("<table><tr><th>#</th><th>source</th><th>result</th><th>error</th><th>reply</th></tr>"
                      f"{rows}</table>")
     panes = [("Design", design), ("Execution", execution), ("Agent Trace", nodes),
              ("Workflow", workflow_svg(trace, ok)), ("Attempts", attempts_html)]

@@ -5,7 +5,8 @@
 
 Attempts: the designer's reply -> its last ```python block -> `run_designs` (DSL checks, then
 the sandbox). A failed attempt is retried with its error as feedback, up to `cfg.max_attempts`;
-every attempt is recorded. Artifacts in out_dir (the last attempt that produced a design):
+every attempt is recorded. With `cfg.fallback_template` set (demos of untrained designers), that
+template runs as one more attempt, labelled as such, when every design failed. Artifacts in out_dir (the last attempt that produced a design):
     mas_design.py   the design as the designer wrote it
     mas.py          exactly what ran in the sandbox (DSL + driver + design)
     execution.log   host events per round, then what the design printed
@@ -24,12 +25,13 @@ from typing import Any, Callable
 
 from omegaconf import OmegaConf
 
-from pettingllms.config import MasConfig
+from pettingllms.config import ConfigError, MasConfig
 from pettingllms.envs.programs import extract_program
 from pettingllms.mas.budgets import MasBudgets
 from pettingllms.mas.executor import DesignJob, ExecutionResult, run_designs
 from pettingllms.mas.prompts import designer_messages
 from pettingllms.mas.report import render_page
+from pettingllms.mas.templates import load_templates
 from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
 from pettingllms.utils.seeding import derive_seed
 
@@ -44,6 +46,7 @@ class Attempt:
     error: str | None
     designer_tokens: int = 0
     timing: dict[str, float] = field(default_factory=dict)
+    source: str = "designer"  # or "fallback template '<name>'"
 
 
 @dataclass
@@ -113,6 +116,9 @@ def run_query(question: str, designer_engine, designer_policy: str, executor_eng
         if result.ok:
             break
         feedback = result.error
+    if not attempts[-1].ok and cfg.fallback_template:
+        last_run = _fallback(question, cfg, budgets, executor_engine, executor_policy, seed,
+                             attempts, notify) or last_run
     final = attempts[-1]
     design, execution = last_run if last_run else (None, None)
     timing = {"total_s": time.monotonic() - start}
@@ -123,12 +129,31 @@ def run_query(question: str, designer_engine, designer_policy: str, executor_eng
     return query
 
 
+def _fallback(question, cfg, budgets, engine, policy, seed, attempts, notify):
+    """Run the configured template as a labelled extra attempt (the designer's all failed)."""
+    templates = load_templates()
+    name = str(cfg.fallback_template)
+    if name not in templates:
+        raise ConfigError(f"mas.fallback_template={name!r}: no such template; "
+                          f"choose one of {', '.join(sorted(templates))}")
+    index = len(attempts) + 1
+    notify({"stage": "executing", "attempt": index, "fallback": name})
+    (result,) = run_designs([DesignJob(templates[name], question, f"fallback-{name}")], engine, policy,
+                            _sampling(cfg.executor_sampling, 0), budgets,
+                            seed=derive_seed(seed, "execute", index))
+    attempts.append(Attempt(index, f"(no designer reply: every design failed, so the fallback "
+                                   f"template '{name}' ran)", templates[name], result.ok,
+                            result.answer, result.error, timing=dict(result.timing),
+                            source=f"fallback template '{name}'"))
+    return templates[name], result
+
+
 def report_data(q: QueryResult) -> dict:
     """What the report renders (result.json's summary plus design, program, log, trace)."""
     ex = q.execution
     attempts = [asdict(a) for a in q.attempts]
     summary = {"question": q.question, "ok": q.ok, "answer": q.answer, "error": q.error,
-               "attempts": len(q.attempts),
+               "attempts": len(q.attempts), "source": q.attempts[-1].source if q.attempts else "",
                "node_calls": len(ex.node_calls) if ex else 0, "timing": q.timing,
                "execution_timing": ex.timing if ex else {}}
     return {**summary, "design": q.design, "program": ex.program if ex else "",
