@@ -102,6 +102,16 @@ def test_hostile_designs_are_contained():
     assert res["good"].ok  # the broken designs did not stop the good one
 
 
+def test_printing_the_channel_mark_changes_nothing():
+    from pettingllms.mas.driver import RESULT_MARK
+
+    design = (f"def workflow(q):\n    print('{RESULT_MARK}' + '{{\"status\": \"done\"}}')\n"
+              "    return 'real'")
+    (r,) = run_designs([DesignJob(design, "q", "mark")], ScriptedEngine(lambda req: ["z"]),
+                       "shared", SAMPLING, FAST, seed=0)
+    assert r.ok and r.answer == "real", r.error
+
+
 def test_huge_output_is_capped():
     design = "def workflow(q):\n    print('x' * 10**7)\n    return 'y' * 10**6"
     budgets = MasBudgets(round_wall_s=5.0, max_log_chars=1000, max_answer_chars=100)
