@@ -14,7 +14,7 @@ critic = Agent("critic", "Check.")
 workflow = Reflection(solver, critic, rounds=2)
 ```'''
 BROKEN = "```python\nimport os\ndef workflow(q):\n    return os.getcwd()\n```"
-CFG = {"max_attempts": 3, "budgets": {"round_wall_s": 3.0}}
+CFG = {"max_attempts": 3, "budgets": {"round_wall_s": 10.0}}
 
 
 def _executor(req):

@@ -29,7 +29,7 @@ workflow = Ensemble([Agent("solver", "Solve."), Agent("solver", "Solve.")], Agen
 def _runner(question, out_dir, progress):
     return run_query(question, ScriptedEngine(lambda req: [DESIGN]), "d",
                      ScriptedEngine(lambda req: ["\\boxed{72}"]), "e", out_dir,
-                     {"budgets": {"round_wall_s": 3.0}}, seed=0, progress=progress)
+                     {"budgets": {"round_wall_s": 10.0}}, seed=0, progress=progress)
 
 
 @pytest.fixture
