@@ -66,6 +66,17 @@ def test_api_run_health_artifacts(client):
     assert design.status_code == 200 and b"Ensemble" in design.data
 
 
+def test_an_engine_failure_ends_the_run_not_the_server(tmp_path):
+    def broken(question, out_dir, progress):
+        raise RuntimeError("engine went away")
+
+    client = create_app(broken, tmp_path / "runs").test_client()
+    r = client.post("/api/run", json={"question": "q"})
+    state = _wait(client, r.get_json()["status_url"])
+    assert state["state"] == "error" and "engine went away" in state["error"]
+    assert client.get("/api/health").get_json()["queued"] == 0
+
+
 @pytest.mark.parametrize("body, status, message", [
     (None, 400, "JSON object"),
     ({"question": ""}, 400, "non-empty"),
