@@ -74,21 +74,6 @@ class RewardConfig:
 
 
 @dataclass
-class MasConfig:
-    """MetaAgent-X design execution (pettingllms/mas): budgets and the designer/executor
-    sampling used by run_query, the demo and the eval script (training uses rollout.sampling)."""
-    budgets: MasBudgets = field(default_factory=MasBudgets)
-    max_attempts: int = 3  # designs per query until one runs to an answer (each is recorded)
-    # a template (pettingllms/mas/templates) run as one more, labelled attempt when every design
-    # failed; empty: off. For demos of untrained designers; never used in training.
-    fallback_template: str = ""
-    designer_sampling: SamplingConfig = field(
-        default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
-    executor_sampling: SamplingConfig = field(
-        default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=256))
-
-
-@dataclass
 class AlgorithmConfig:
     name: str = "at_grpo"
     advantage: str = "grpo"  # grpo | agent_norm (Dr. MAS) | mean_only (Dr. GRPO)
@@ -159,6 +144,28 @@ class EvalConfig:
 
 
 @dataclass
+class SandboxConfig:
+    """Where LLM-written code runs (pettingllms/sandbox). Without bubblewrap and without
+    Landlock + seccomp nothing contains it: it is refused unless allow_weak is true."""
+    allow_weak: bool = False  # run it uncontained there (the exposure is logged in one line)
+
+
+@dataclass
+class MasConfig:
+    """MetaAgent-X design execution (pettingllms/mas): budgets and the designer/executor
+    sampling used by run_query, the demo and the eval script (training uses rollout.sampling)."""
+    budgets: MasBudgets = field(default_factory=MasBudgets)
+    max_attempts: int = 3  # designs per query until one runs to an answer (each is recorded)
+    # a template (pettingllms/mas/templates) run as one more, labelled attempt when every design
+    # failed; empty: off. For demos of untrained designers; never used in training.
+    fallback_template: str = ""
+    designer_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
+    executor_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=256))
+
+
+@dataclass
 class ExperimentConfig:
     experiment: str = "default"
     seed: int = 0
@@ -166,7 +173,6 @@ class ExperimentConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
-    mas: MasConfig = field(default_factory=MasConfig)  # MetaAgent-X execution (pettingllms/mas)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     # policy name -> policy; agent name -> policy name. Empty `policies` means one
     # policy "shared"; empty `agents` maps every agent to the only policy (L1).
@@ -176,6 +182,8 @@ class ExperimentConfig:
     agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    mas: MasConfig = field(default_factory=MasConfig)
 
 
 class ConfigError(ValueError):
