@@ -28,14 +28,18 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
     """(run_query_fn(question, out_dir, progress), info for /api/health, close)."""
     from pettingllms.mas.run import run_query
     from pettingllms.rollout.engines import build_engine, engine_policies
-    from pettingllms.sandbox import sandbox_backend
+    from pettingllms.sandbox import configure_sandbox, sandbox_backend, sandbox_refusal
 
     policies = engine_policies(cfg)
     if len(policies) != 1:
         raise ConfigError("the demo serves one policy as designer and executor; set no `policies`")
     policy = next(iter(policies))
-    engine = build_engine(cfg, policies)
+    configure_sandbox(bool(cfg.sandbox.allow_weak))  # designs are LLM-written code
     backend = sandbox_backend()
+    refused = sandbox_refusal(backend)
+    if refused:
+        raise ConfigError(f"the demo runs designs in the sandbox, and here {refused}")
+    engine = build_engine(cfg, policies)
 
     def run(question: str, out_dir: Path, progress=None):
         return run_query(question, engine, policy, engine, policy, out_dir, cfg.mas,
@@ -43,8 +47,8 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
 
     info = {"designer": str(cfg.model.path), "executor": str(cfg.model.path),
             "engine": str(cfg.rollout.engine),
-            "sandbox": backend.kind + (" (weaker: " + "; ".join(backend.weaker) + ")"
-                                       if backend.weaker else "")}
+            "sandbox": backend.kind + (f" ({backend.confinement})" if backend.confinement else "")
+            + (" (weaker: " + "; ".join(backend.weaker) + ")" if backend.weaker else "")}
     return run, info, engine.close
 
 
