@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from numerics import forward_tol
-from pettingllms.config import validate
+from pettingllms.config import ConfigError, validate
 from pettingllms.rollout.engines import build_engine
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
@@ -280,14 +280,19 @@ def test_build_engine_from_config() -> None:
     eng = build_engine(cfg)
     assert isinstance(eng, HFEngine) and eng.max_batch_size == 4 and list(eng._policy_slot) == ["shared"]
     assert build_engine(cfg, policies={"p1": TINY, "p2": TINY})._slot("p1") is not None
-    bad = validate(OmegaConf.create({"rollout": {"engine_options": {"gpu_memory": 0.5}}}))
-    with pytest.raises(ValueError, match="gpu_memory"):
-        build_engine(bad)
+    bad = {"rollout": {"engine_options": {"gpu_memory": 0.5}}}
+    with pytest.raises(ConfigError, match="unknown option 'rollout.engine_options.gpu_memory' for engine 'hf'"):
+        validate(OmegaConf.create(bad))  # refused when the config loads
+    unchecked = validate(OmegaConf.create({}))
+    OmegaConf.set_struct(unchecked, False)
+    unchecked.rollout.engine_options = bad["rollout"]["engine_options"]
+    with pytest.raises(ValueError, match="gpu_memory"):  # and by the builder, for unchecked configs
+        build_engine(unchecked)
     for name in ("vllm", "openai"):
         with pytest.raises(NotImplementedError, match="GPU-backend extra"):
             build_engine(validate(OmegaConf.create({"rollout": {"engine": name}})))
-    with pytest.raises(ValueError, match="unknown rollout.engine"):
-        build_engine(validate(OmegaConf.create({"rollout": {"engine": "hff"}})))
+    with pytest.raises(ConfigError, match="invalid value 'hff' for 'rollout.engine' \\(did you mean 'hf'\\?\\)"):
+        validate(OmegaConf.create({"rollout": {"engine": "hff"}}))
 
 
 @pytest.mark.slow

@@ -139,7 +139,7 @@ def _micro_batches_accumulate():
     grads = []
     for mb in (1, 5):
         for agg in ("token-mean", "seq-mean-token-mean"):
-            cfg = _fp64_cfg({"trainer": {"micro_batch_size": mb, "lr": 0.0, "grad_clip": 0.0},
+            cfg = _fp64_cfg({"trainer": {"micro_batch_size": mb, "grad_clip": 0.0},
                              "algorithm": {"loss_agg": agg}})
             worker = _shared(cfg)
             orig = worker.optimizer.step

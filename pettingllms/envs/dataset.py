@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pettingllms.config import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -40,7 +42,12 @@ def load_split(data_name: str, split: str, data_root: str | Path = "datasets",
     path = ensure_dataset(data_name, data_root, builder=builder) / f"{split}.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found (splits are 'train' and 'test')")
-    rows = pd.read_parquet(path).to_dict(orient="records")
+    try:
+        rows = pd.read_parquet(path).to_dict(orient="records")
+    except Exception as e:  # pyarrow raises several types; the user needs the file, not the stack
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"cannot read dataset file {path}: {first}; fix or replace it "
+                          f"(or point env.data / env.data_root elsewhere)") from None
     if limit is not None:
         rows = rows[:limit]
     for r in rows:

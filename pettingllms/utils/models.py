@@ -46,6 +46,7 @@ _DTYPES = {
     "float16": torch.float16, "fp16": torch.float16,
     "float64": torch.float64, "fp64": torch.float64,  # exactness checks in tests
 }
+DTYPE_NAMES = tuple(_DTYPES)  # what model.dtype / model.train_dtype accept
 
 
 class ModelNotFoundError(RuntimeError):
