@@ -120,6 +120,7 @@ class TrainerConfig:
     save_freq: int = 0  # 0: only at the end
     val_freq: int = 0  # 0: never during training
     resume: str = "none"  # none | auto | PATH to a checkpoint folder
+    resume_allow_changes: bool = False  # resume with a changed config (recorded in config_changes.jsonl)
     output_dir: str = "outputs"
     run_name: str = ""  # empty: a timestamp
     deterministic: bool = False

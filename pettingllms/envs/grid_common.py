@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pettingllms.envs.base import MultiAgentEnv, StepResult, register_env
+from pettingllms.envs.dataset import new_output_dir
 # one program extractor for every env that runs agent code
 from pettingllms.envs.programs import MAX_PROGRAM_CHARS, extract_program
 
@@ -71,8 +72,7 @@ def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any
     """
     import pandas as pd
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = new_output_dir(out_dir)
     seen: set[str] = set()
     report: dict[str, Any] = {"env": env, "seed": seed, "generator": "own seeded generator"}
     for split, n in (("train", n_train), ("test", n_test)):
