@@ -1,7 +1,7 @@
 """Evaluate: `python -m pettingllms.evaluate --config-name NAME eval.checkpoint=PATH eval.k=4`.
 
 Reports avg@k and pass@k per env and benchmark (the problems' `source` column) for the
-base model (no eval.checkpoint) or a training checkpoint (<run>/checkpoints/step_<N>, or a
+base model (no eval.checkpoint) or a training checkpoint (<run>/checkpoints/step_NNNNNN, or a
 run folder: its latest checkpoint). Prints a table and writes a JSON file.
 """
 from __future__ import annotations

@@ -265,3 +265,27 @@ def test_per_policy_learning_rates_apply():
     ps = build_policies(cfg, AGENTS)
     assert ps.workers["tool"].optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)
     assert ps.workers["reasoner"].optimizer.param_groups[0]["lr"] == pytest.approx(0.5)
+
+
+def test_adapters_named_like_modules_own_only_their_weights():
+    """Adapter names are matched as exact path components: `model` or `layers` (module names in
+    every parameter path) must not capture the other adapters' weights."""
+    from pettingllms.policies.lora import adapter_of
+
+    assert adapter_of("base_model.model.model.layers.0.self_attn.q_proj.lora_A.model.weight") == "model"
+    assert adapter_of("base_model.model.model.layers.0.self_attn.q_proj.lora_B.layers.weight") == "layers"
+    assert adapter_of("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") is None
+    cfg = make_cfg({"policies": {"model": {}, "layers": {}}, "agents": {"tool": "model", "reasoner": "layers"}},
+                   lora=True)
+    ps = build_policies(cfg, AGENTS)
+    lora_base = ps.workers["model"]._lora_base
+    own = {name: {n for n, _ in lora_base.adapter_params(name)} for name in ("model", "layers")}
+    assert own["model"] and own["layers"] and own["model"].isdisjoint(own["layers"])
+    assert len(own["model"]) == len(own["layers"])
+    assert all(".lora_A.model." in n or ".lora_B.model." in n for n in own["model"])
+    base = {n for n, _ in lora_base.base_params()}
+    assert base.isdisjoint(own["model"] | own["layers"])
+    # training one leaves the other bit-identical
+    layers0 = snapshot(lora_base.adapter_params("layers"))
+    ps.update(make_samples("tool", [1.0, -1.0], seed=31), step=0)
+    assert all_equal(layers0, snapshot(lora_base.adapter_params("layers")))

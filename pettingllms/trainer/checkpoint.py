@@ -1,4 +1,4 @@
-"""Checkpoints: `<run_dir>/checkpoints/step_<N>/`.
+"""Checkpoints: `<run_dir>/checkpoints/step_NNNNNN/`.
 
 Layout of one checkpoint:
     policies/<name>/     whatever PolicyWorker.save(dir) writes (weights or adapter,

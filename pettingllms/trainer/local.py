@@ -82,7 +82,7 @@ def resolve_run(cfg: DictConfig) -> tuple[Path, Path | None]:
     if not ckpt_io.is_complete(path):
         raise ConfigError(f"trainer.resume={resume}: not a complete checkpoint folder")
     if path.parent.name != "checkpoints":
-        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_<N>")
+        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
     run_folder.check_resume_config(path.parent.parent, cfg, path)
     return path.parent.parent, path
 

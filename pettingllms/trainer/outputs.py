@@ -4,7 +4,7 @@
     metrics.jsonl               one JSON object per step
     tensorboard/                TensorBoard event files
     trajectories/step_<N>.jsonl the step's episodes (pettingllms.records.Episode)
-    checkpoints/step_<N>/       see checkpoint.py
+    checkpoints/step_NNNNNN/    see checkpoint.py (six-digit step)
 """
 from __future__ import annotations
 
