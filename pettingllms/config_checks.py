@@ -28,6 +28,13 @@ def _choice(key: str, value: Any, allowed: Iterable[str]) -> None:
     raise ConfigError(f"invalid value {value!r} for '{key}'{hint}; choose one of {', '.join(allowed)}")
 
 
+def _unknown_option(key: str, owner: str, allowed: Iterable[str]) -> ConfigError:
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"unknown option '{key}' for {owner}{hint}; known: {', '.join(allowed) or '(none)'}")
+
+
 # (key, test, what is allowed). None values are skipped: they mean "unset" in the schema.
 _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("seed", lambda v: v >= 0, "must be >= 0"),
@@ -145,10 +152,7 @@ def _check_env(cfg: DictConfig) -> None:
         if key == "max_turns":
             raise ConfigError("'env.options.max_turns' is not an option; set env.max_turns")
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown option 'env.options.{key}' for env '{name}'{hint}; "
-                              f"known: {', '.join(sorted(allowed)) or '(none)'}")
+            raise _unknown_option(f"env.options.{key}", f"env '{name}'", allowed)
 
 
 def _check_engine(cfg: DictConfig) -> None:
@@ -161,10 +165,7 @@ def _check_engine(cfg: DictConfig) -> None:
         return
     for key in (cfg.rollout.engine_options or {}):
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown option 'rollout.engine_options.{key}' for engine '{engine}'{hint}; "
-                              f"known: {', '.join(sorted(allowed)) or '(none)'}")
+            raise _unknown_option(f"rollout.engine_options.{key}", f"engine '{engine}'", allowed)
 
 
 def check_values(cfg: DictConfig, checks: Optional[list[Callable[[DictConfig], None]]] = None) -> None:

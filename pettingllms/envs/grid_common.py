@@ -26,9 +26,9 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
+from pettingllms.config import ConfigError
 from pettingllms.envs.base import MultiAgentEnv, StepResult, register_env
 from pettingllms.envs.dataset import new_output_dir
 # one program extractor for every env that runs agent code
@@ -422,7 +422,10 @@ def data_cli(env: str, build: Callable[..., dict[str, Any]], argv: list[str] | N
     ap.add_argument("--n-test", type=int, default=None)
     args = ap.parse_args(argv)
     sizes = {k: v for k, v in (("n_train", args.n_train), ("n_test", args.n_test)) if v is not None}
-    report = build(args.out, seed=args.seed, **sizes)
+    try:
+        report = build(args.out, seed=args.seed, **sizes)
+    except ConfigError as e:  # e.g. --out already holds a split: one line, no traceback
+        raise SystemExit(f"load_{env}: {e}") from None
     print(json.dumps(report, indent=2, default=str))
     return report
 
