@@ -289,3 +289,20 @@ def test_adapters_named_like_modules_own_only_their_weights():
     layers0 = snapshot(lora_base.adapter_params("layers"))
     ps.update(make_samples("tool", [1.0, -1.0], seed=31), step=0)
     assert all_equal(layers0, snapshot(lora_base.adapter_params("layers")))
+
+
+def test_a_skipped_tokenizer_save_is_reported(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from pettingllms.utils import models
+
+    worker = build_policies(make_cfg(), ["solo"]).workers["shared"]
+
+    def no_tokenizer(path, *a, **k):
+        raise OSError(f"{path} has no tokenizer files")
+    monkeypatch.setattr(models, "load_tokenizer", no_tokenizer)
+    with caplog.at_level(logging.WARNING, logger="pettingllms.policies.worker"):
+        worker.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "policy.json").exists()  # the weights are saved anyway
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 1 and "no tokenizer saved" in lines[0] and "OSError" in lines[0]

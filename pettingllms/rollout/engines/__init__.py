@@ -4,9 +4,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
+from pettingllms.rollout.engines.weights import WeightUpdate
 
-__all__ = ["ENGINE_OPTIONS", "Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "build_engine",
-           "engine_policies"]
+__all__ = ["ENGINE_OPTIONS", "Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "WeightUpdate",
+           "build_engine", "engine_policies"]
 
 # Engine name -> the rollout.engine_options keys it takes (None: not listed yet, the engine
 # checks them when built). Each engine declares its options here, next to its builder, so the
