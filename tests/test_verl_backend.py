@@ -103,3 +103,69 @@ def test_policy_loss_is_global_over_ranks_and_micro_batches(mode):
     finally:
         mod.response_values = original
     assert total / dp == pytest.approx(float(whole), rel=1e-5, abs=1e-7)
+
+
+# ---------------------------------------------------------------- parity with the local worker
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _trained(worker, is_lora: bool) -> dict[str, torch.Tensor]:
+    """The local worker's trained weights under the names verl reports (peft / HF state-dict names)."""
+    if is_lora:
+        return worker._lora_base.adapter_state(worker.name)[0]
+    return {k: v.detach().clone() for k, v in worker.model.state_dict().items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_one_update_matches_local(ray_local, ranks, lora):
+    """Same samples, same initial weights: verl on 1 or 2 ranks gives local's loss (1e-5) and weights.
+
+    Tolerance: fp32 throughout. The two sides sum the same terms in a different order, so gradients
+    differ by ~N * 2^-24 relative (N <= 1e4 terms per reduction: < 1e-3). AdamW's first step is
+    lr * g / (|g| + eps), which turns a relative gradient error d into at most lr * d: so every
+    weight may differ by lr * 1e-3, plus fp32 rounding of the weight itself."""
+    from pettingllms.policies import resolve_policies
+    from pettingllms.policies.verl.setup import RayCluster
+    from pettingllms.policies.verl.worker import VerlPolicyWorker
+    from pettingllms.policies.worker import PolicyWorker
+
+    cfg = make_cfg({"trainer": {"n_gpus_per_node": ranks, "verl": {"device": "cpu"}},
+                    "algorithm": {"clip_low": 0.2, "clip_high": 0.28}}, lora=lora)
+    spec = resolve_policies(cfg, ["a"]).specs["shared"]
+    samples = make_samples("a", [1.0, -1.0, 0.5, -0.5, 2.0], seed=1)  # 5: padded to 6 on 2 ranks
+
+    local = PolicyWorker(spec, cfg, device=torch.device("cpu"))
+    start = _trained(local, lora)
+    m_local = local.update(samples, step=1)
+    end_local = _trained(local, lora)
+
+    cluster = RayCluster.start(cfg)
+    worker = VerlPolicyWorker(spec, cfg, cluster, name_prefix=f"parity{ranks}{int(lora)}_")
+    try:
+        start_v = worker.trained_weights()[0]
+        assert set(start_v) == set(start)
+        for k in start:  # the same initial weights (LoRA: the adapter local initialised, handed over)
+            torch.testing.assert_close(start_v[k].float(), start[k].float(), rtol=0, atol=0)
+        m_verl = worker.update(samples, step=1)
+        end_v = worker.trained_weights()[0]
+        assert worker.weight_update().kind == ("lora" if lora else "full")
+    finally:
+        worker.close()
+        cluster.shutdown()
+
+    assert m_verl["loss"] == pytest.approx(m_local["loss"], abs=1e-5)
+    lr = float(cfg.trainer.lr)
+    moved = 0
+    for k in start:
+        torch.testing.assert_close(end_v[k].float(), end_local[k].float(), rtol=1e-6, atol=lr * 1e-3)
+        moved += int(not torch.equal(end_local[k], start[k]))
+    assert moved > 0  # the update really changed weights on both sides

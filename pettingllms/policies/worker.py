@@ -409,6 +409,8 @@ class PolicyWorker:
                 raise ValueError(f"checkpoint at {folder} does not fit '{self.name}': shape mismatch "
                                  f"{wrong[:3]}, missing {missing[:3]}, unexpected {unexpected[:3]}")
             self.model.load_state_dict(state, strict=False)
+        self.updates = int(meta.get("updates", 0))
+        if meta.get("backend") == "verl":  # its optimizer state is in verl's shards: weights only (evaluation)
+            return
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))
-        self.updates = int(meta.get("updates", 0))
