@@ -115,8 +115,9 @@ def policy_loss(algo: dict[str, Any], model_output: dict, data: Any, dp_group: A
     loss, m = ppo_loss(log_prob.float(), old, padded["advantages"].float(), mask, algo, ref_logprobs=ref,
                        entropy=entropy.float() if entropy is not None else None,
                        global_tokens=tokens / dp, global_seqs=seqs / dp)
-    # Global-normalised terms add up over micro-batches and ranks; ratios are per-call means.
-    summed = ("loss", "pg_loss", "entropy", "kl")
-    metrics = {k: Metric(AggregationType.SUM if k in summed else AggregationType.MEAN, v / dp if k in summed else v)
-               for k, v in m.items()}
+    # Globally normalised terms add up over micro-batches (verl averages SUM metrics over ranks, as
+    # FSDP does gradients); ratios are per-call means. verl reports the loss itself.
+    m.pop("loss", None)
+    summed = ("pg_loss", "entropy", "kl")
+    metrics = {k: Metric(AggregationType.SUM if k in summed else AggregationType.MEAN, v) for k, v in m.items()}
     return loss, metrics
