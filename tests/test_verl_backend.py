@@ -37,8 +37,10 @@ def test_cpu_platform_registers_with_gloo_and_a_device_name():
 # ---------------------------------------------------------------- the batch layout
 def test_samples_become_verls_batch_without_retokenising():
     samples = make_samples("a", [1.0, -0.5, 0.25], seed=3)
-    rows = vb.padded_rows(samples, 2)
-    assert rows == [0, 1, 2, None]
+    rows, mbs = vb.padded_rows(samples, 2)
+    assert rows == [0, 1, 2, None] and mbs == 1
+    assert vb.padded_rows(samples, 1, micro=2) == ([0, 1, 2, None], 2)
+    assert vb.padded_rows(make_samples("a", [0.0] * 9), 2, micro=4) == (list(range(9)) + [None] * 7, 4)
     old = [s.logprobs for s in samples]
     proto = vb.to_verl_batch(samples, rows, pad_id=0, temperature=0.7, old=old)
     b = proto.batch

@@ -28,12 +28,16 @@ def algo_dict(algo: Any) -> dict[str, Any]:
             for k in ALGO_KEYS}
 
 
-def padded_rows(samples: Sequence[Sample], multiple: int) -> list[Optional[int]]:
-    """Sample indices padded with None up to a multiple of `multiple` (verl splits evenly over ranks)."""
+def padded_rows(samples: Sequence[Sample], ranks: int, micro: int = 1) -> tuple[list[Optional[int]], int]:
+    """Sample indices padded with None so each of `ranks` gets the same number of rows, a multiple
+    of its micro-batch size (verl splits evenly); returns (rows, micro-batch size per rank)."""
+    ranks = max(1, ranks)
+    per_rank = -(-len(samples) // ranks)
+    mbs = max(1, min(micro, per_rank))
+    per_rank = -(-per_rank // mbs) * mbs
     rows: list[Optional[int]] = list(range(len(samples)))
-    while len(rows) % max(1, multiple):
-        rows.append(None)
-    return rows
+    rows += [None] * (per_rank * ranks - len(rows))
+    return rows, mbs
 
 
 def to_verl_batch(samples: Sequence[Sample], rows: Sequence[Optional[int]], pad_id: int, temperature: float,

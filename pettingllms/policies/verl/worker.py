@@ -75,6 +75,7 @@ class VerlPolicyWorker:
         temp = float(cfg.rollout.sampling.temperature)
         self.temperature = temp if temp > 0 else 1.0
         self.updates = 0
+        self.micro = max(1, int(cfg.trainer.micro_batch_size))
         if float(self.algo.kl_coef) > 0 and not spec.is_lora:
             raise ConfigError("algorithm.kl_coef > 0 with full fine-tuning is not supported on trainer.backend=verl "
                               "(it needs a second, reference worker group); use LoRA or trainer.backend=local")
@@ -123,8 +124,8 @@ class VerlPolicyWorker:
         """Per-sample [R] logprobs under the current policy (or the base, LoRA reference)."""
         from verl.utils import tensordict_utils as tu
 
-        rows = vb.padded_rows(samples, self.world_size)
-        meta = dict(compute_loss=False, calculate_entropy=False)
+        rows, mbs = vb.padded_rows(samples, self.world_size, self.micro)
+        meta = dict(compute_loss=False, calculate_entropy=False, micro_batch_size_per_gpu=mbs)
         if reference:
             meta["no_lora_adapter"] = True
         td = self._td(samples, rows, **meta)
@@ -158,8 +159,8 @@ class VerlPolicyWorker:
         sums: dict[str, float] = {}
         for j, mini in enumerate(plan):
             part = [samples[i] for i in mini]
-            rows = vb.padded_rows(part, self.world_size)
-            td = self._td(part, rows, old=[old[i] for i in mini] if old else None,
+            rows, mbs = vb.padded_rows(part, self.world_size, self.micro)
+            td = self._td(part, rows, old=[old[i] for i in mini] if old else None, micro_batch_size_per_gpu=mbs,
                           ref=[ref[i] for i in mini] if ref else None,
                           calculate_entropy=float(self.algo.entropy_coef) > 0, global_batch_size=len(mini),
                           update_lr_scheduler=j == len(plan) - 1, disable_auto_offload=False)
