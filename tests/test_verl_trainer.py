@@ -1,6 +1,7 @@
-"""AT-GRPO on trainer.backend=verl (CPU, 2 ranks, tiny model, real HF engine): two steps, a
-checkpoint, and a resume whose next step matches an uninterrupted run; the verl checkpoint
-exports a plain HF folder that the local worker loads."""
+"""AT-GRPO on trainer.backend=verl (CPU, tiny model, real HF engine): L2, one LoRA adapter per
+agent, each on its own verl worker group (two groups, distinct name prefixes, one colocated
+resource pool). Two steps, a checkpoint, and a resume whose next step matches an uninterrupted
+run; each checkpoint holds verl's shards and a peft export."""
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ from pettingllms.trainer import checkpoint as ckpt_io  # noqa: E402
 from pettingllms.trainer.local import LocalTrainer  # noqa: E402
 from trainer_fixtures import trainer_cfg  # noqa: E402
 
-VERL = ("trainer=verl", "trainer.verl.device=cpu", "trainer.n_gpus_per_node=2", "trainer.deterministic=true",
-        "trainer.total_steps=3")
+VERL = ("trainer=verl", "trainer.verl.device=cpu", "trainer.n_gpus_per_node=1", "trainer.deterministic=true",
+        "trainer.total_steps=3", "policies=per_agent_lora", "model.lora.rank=4", "model.lora.alpha=8")
 
 
 def _comparable(m: dict) -> dict:
@@ -42,9 +43,10 @@ def test_verl_backend_trains_checkpoints_and_resumes(tmp_path):
     ckpt = ckpt_io.latest_checkpoint(run_dir)
     assert ckpt is not None and ckpt.name == "step_000002"
     policy_dirs = list((ckpt / "policies").iterdir())
+    assert sorted(d.name for d in policy_dirs) == ["checker", "writer"]
     for d in policy_dirs:  # verl's shards plus an export that needs no verl
         meta = json.loads((d / "policy.json").read_text())
-        assert meta["backend"] == "verl" and meta["world_size"] == 2
+        assert meta["backend"] == "verl" and meta["world_size"] == 1 and meta["kind"] == "lora"
         assert (d / "verl").is_dir() and any((d / ("adapter" if meta["kind"] == "lora" else "model")).iterdir())
 
     resumed, run_dir2 = _run(tmp_path, "split", "trainer.save_freq=1", "trainer.resume=auto")
