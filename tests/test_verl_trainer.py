@@ -5,6 +5,7 @@ run; each checkpoint holds verl's shards and a peft export."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -24,6 +25,17 @@ def _comparable(m: dict) -> dict:
             if not k.startswith(("timing/", "time/", "tokens/generated_per_s")) and not k.endswith("_s")}
 
 
+@pytest.fixture(scope="module")
+def ray_local():
+    """One local Ray for the three runs (each run's backend then only adds and removes its workers)."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
 def _run(tmp, name, *overrides, max_steps=None):
     trainer = LocalTrainer(trainer_cfg(tmp, f"trainer.run_name={name}", *VERL, *overrides))
     try:
@@ -33,13 +45,14 @@ def _run(tmp, name, *overrides, max_steps=None):
 
 
 @pytest.mark.slow
-def test_verl_backend_trains_checkpoints_and_resumes(tmp_path):
+def test_verl_backend_trains_checkpoints_and_resumes(ray_local, tmp_path):
     full, _ = _run(tmp_path, "full")
     assert [m["step"] for m in full] == [1, 2, 3]
     assert all(m["train/grad_norm"] > 0 for m in full)
 
     first, run_dir = _run(tmp_path, "split", "trainer.save_freq=1", max_steps=2)
-    assert [_comparable(m) for m in first] == [_comparable(m) for m in full[:2]]
+    for a, b in zip(first, full[:2]):  # the same run so far (CPU, deterministic)
+        assert _comparable(a) == pytest.approx(_comparable(b), rel=1e-6, abs=1e-7)
     ckpt = ckpt_io.latest_checkpoint(run_dir)
     assert ckpt is not None and ckpt.name == "step_000002"
     policy_dirs = list((ckpt / "policies").iterdir())

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from pettingllms.config import ConfigError
 from pettingllms.policies.mapping import PolicySpec
-from pettingllms.policies.worker import check_samples, mini_batch_plan
+from pettingllms.policies.worker import check_samples, lr_lambda, mini_batch_plan
 from pettingllms.policies.verl import batch as vb
 from pettingllms.policies.verl import cpu
 from pettingllms.policies.verl.setup import RayCluster, training_worker_config
@@ -168,8 +168,12 @@ class VerlPolicyWorker:
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + v
         n_steps = len(plan)
-        metrics = {k: v / n_steps for k, v in sums.items()}
-        metrics.pop("mfu", None)
+        # verl's perf/* are machine-wide memory readings and mfu a GPU estimate: not the policy's.
+        metrics = {k: v / n_steps for k, v in sums.items() if not k.startswith("perf/") and k != "mfu"}
+        # verl reports the LR after its scheduler step; like local, report the LR this update used.
+        tr = self.trainer
+        metrics["lr"] = float(self.spec.lr) * lr_lambda(int(tr.warmup_steps), int(tr.total_steps),
+                                                        float(tr.min_lr_ratio), str(tr.lr_schedule))(self.updates)
         metrics.update({"logprob_s": logprob_s, "optimizer_steps": float(n_steps),
                         "num_samples": float(len(samples)),
                         "num_tokens": float(sum(len(s.response_ids) for s in samples)),
