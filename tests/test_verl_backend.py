@@ -3,7 +3,6 @@ inside verl with global normalisation, and update parity with the local PolicyWo
 1 and 2 ranks (real verl FSDP workers on Ray, gloo), full fine-tuning and LoRA."""
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from pettingllms.algorithms.loss import ppo_loss  # noqa: E402
 from pettingllms.policies.verl import batch as vb  # noqa: E402
 from pettingllms.policies.verl import cpu  # noqa: E402
 from policy_helpers import make_cfg, make_samples  # noqa: E402
+from verl_helpers import ray_local  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------- the CPU platform
@@ -108,16 +108,6 @@ def test_policy_loss_is_global_over_ranks_and_micro_batches(mode):
 
 
 # ---------------------------------------------------------------- parity with the local worker
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def _trained(worker, is_lora: bool) -> dict[str, torch.Tensor]:
     """The local worker's trained weights under the names verl reports (peft / HF state-dict names)."""
     if is_lora:

@@ -5,7 +5,6 @@ run; each checkpoint holds verl's shards and a peft export."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -15,6 +14,7 @@ pytest.importorskip("ray")
 from pettingllms.trainer import checkpoint as ckpt_io  # noqa: E402
 from pettingllms.trainer.local import LocalTrainer  # noqa: E402
 from trainer_fixtures import trainer_cfg  # noqa: E402
+from verl_helpers import ray_local  # noqa: E402,F401
 
 VERL = ("trainer=verl", "trainer.verl.device=cpu", "trainer.n_gpus_per_node=1", "trainer.deterministic=true",
         "trainer.total_steps=3", "policies=per_agent_lora", "model.lora.rank=4", "model.lora.alpha=8")
@@ -23,17 +23,6 @@ VERL = ("trainer=verl", "trainer.verl.device=cpu", "trainer.n_gpus_per_node=1", 
 def _comparable(m: dict) -> dict:
     return {k: v for k, v in m.items()
             if not k.startswith(("timing/", "time/", "tokens/generated_per_s")) and not k.endswith("_s")}
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    """One local Ray for the three runs (each run's backend then only adds and removes its workers)."""
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def _run(tmp, name, *overrides, max_steps=None):

@@ -15,8 +15,6 @@ the driver (Ray object store) for engine sync.
 from __future__ import annotations
 
 import json
-import logging
-import os
 import shutil
 import tempfile
 import time
@@ -31,12 +29,10 @@ from pettingllms.config import ConfigError
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.policies.worker import check_samples, lr_lambda, mini_batch_plan
 from pettingllms.policies.verl import batch as vb
-from pettingllms.policies.verl import cpu
 from pettingllms.policies.verl.setup import RayCluster, training_worker_config
 from pettingllms.records import Sample
 from pettingllms.utils.models import resolve_model_path, torch_dtype
 
-log = logging.getLogger(__name__)
 
 
 def _get(result: Any) -> Any:
