@@ -107,8 +107,24 @@ class PhaseConfig:
 
 
 @dataclass
+class VerlConfig:
+    """trainer.backend=verl: where verl's FSDP workers run and how. GPU runs differ from the CPU
+    runs that CI tests only in these values (device, attention, padding removal, offload)."""
+    device: str = "auto"  # auto (GPU if the Ray cluster has one) | cpu | cuda
+    strategy: str = "fsdp2"  # fsdp2 | fsdp
+    attn_implementation: str = "sdpa"  # flash_attention_2 on GPU
+    use_remove_padding: bool = False  # true (packed sequences) needs flash attention: GPU
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    ray_address: str = ""  # "": a local Ray started for the run; "auto" or host:port: join a cluster
+
+
+@dataclass
 class TrainerConfig:
     backend: str = "local"  # local | ray | verl
+    n_gpus_per_node: int = 1  # backend=verl: ranks per node (GPUs; processes on CPU)
+    nnodes: int = 1  # backend=verl: nodes of the Ray cluster
+    verl: VerlConfig = field(default_factory=VerlConfig)
     total_steps: int = 20
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -237,6 +253,8 @@ _CHOICES = {
     "algorithm.old_logprobs": ("recompute", "engine"),
     "trainer.backend": ("local", "ray", "verl"),
     "trainer.lr_schedule": ("cosine", "constant"),
+    "trainer.verl.device": ("auto", "cpu", "cuda"),
+    "trainer.verl.strategy": ("fsdp2", "fsdp"),
 }
 
 
