@@ -128,7 +128,7 @@ class TrainerConfig:
     phases: list[PhaseConfig] = field(default_factory=list)  # freeze/unfreeze schedule
     log_tensorboard: bool = True
     progress_bar: bool = True
-    threads: int = 0  # torch threads; 0 keeps torch's default
+    threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
 
@@ -242,3 +242,8 @@ def _check_choices(cfg: DictConfig) -> None:
     bad = [g for g in cfg.algorithm.group_by if g not in ("problem", "turn", "agent")]
     if bad:
         raise ConfigError(f"invalid 'algorithm.group_by' entries {bad}; use a subset of problem, turn, agent")
+    from pettingllms.utils.threads import parse_threads
+    try:
+        parse_threads(cfg.trainer.threads)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
