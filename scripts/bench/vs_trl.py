@@ -50,7 +50,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--lora-alpha", type=int, default=32)
     p.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward, both sides")
-    p.add_argument("--threads", type=int, default=0, help="torch threads, both sides (default: allowed cores)")
+    p.add_argument("--threads", default="0",
+                   help="torch threads, both sides (default 0: the allowed cores); 'auto': ours uses "
+                        "trainer.threads=auto, TRL the allowed cores (its default)")
     p.add_argument("--model", default="embedded:smollm2-135m-instruct", help="model.path (same files for TRL)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
@@ -68,6 +70,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.batch * args.k % args.micro_batch:
         p.error(f"--batch x --k ({args.batch * args.k}) must be a multiple of --micro-batch ({args.micro_batch})")
+    if args.threads != "auto" and not args.threads.isdigit():
+        p.error(f"--threads must be a count or 'auto', got {args.threads!r}")
     if args.steps < 2:
         p.error("--steps must be >= 2 (the first step of each run is not timed)")
     return args
@@ -152,7 +156,7 @@ def matmul_gflops(threads: int, seconds: float = 2.0) -> float:
 
 # ---------------------------------------------------------------- the shared task
 
-def overrides(args: argparse.Namespace, model_path: str, threads: int, out_dir: str) -> list[str]:
+def overrides(args: argparse.Namespace, model_path: str, threads: int | str, out_dir: str) -> list[str]:
     """Our trainer's config for the benchmark task (single_grpo on math_easy, one turn)."""
     return [
         "env=math_single", "env.data=math_easy", "env.max_turns=1", f"seed={args.seed}",
@@ -328,7 +332,11 @@ def plan(args: argparse.Namespace, threads: int) -> list[str]:
         f"task: single-digit arithmetic (math_easy train split, math_single env, max_turns=1), "
         f"{args.batch} prompts x k={args.k}, {args.max_new_tokens} new tokens, T={args.temperature}, "
         f"top_p={args.top_p}, {'full fine-tuning' if args.full else f'LoRA r={args.lora_rank} alpha={args.lora_alpha} on all linear layers'}, "
-        f"lr={args.lr} constant, beta=0, micro-batch {args.micro_batch}, {threads} torch threads, seed {args.seed}",
+        f"lr={args.lr} constant, beta=0, micro-batch {args.micro_batch}, "
+        f"{'ours trainer.threads=auto, TRL ' + str(threads) if args.threads == 'auto' else threads} torch threads, "
+        f"seed {args.seed}",
+        "dtypes: ours bf16 generation + fp32 trainable weights (model.train_dtype), old logprobs recomputed; "
+        "TRL loads the model in bf16 for both",
         f"model: {args.model} (bf16 files, same folder for both sides)",
         f"runs: {' '.join(order)} ({args.steps} steps each, the first untimed)"
         + (f"; then the AT-GRPO quickstart for {args.steps} steps" if args.multi_agent else ""),
@@ -343,9 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         task = json.loads(Path(args.task).read_text())
         with tempfile.TemporaryDirectory(prefix="pettingllms-vs-trl-") as out_dir:
             if args.side == "ours":
-                res = run_ours(task, "single_grpo", overrides(args, task["model_path"], task["threads"], out_dir))
+                ours_threads = "auto" if args.threads == "auto" else task["threads"]
+                res = run_ours(task, "single_grpo", overrides(args, task["model_path"], ours_threads, out_dir))
             else:
-                res = run_ours(task, "quickstart", [f"trainer.threads={task['threads']}",
+                res = run_ours(task, "quickstart", [f"trainer.threads={'auto' if args.threads == 'auto' else task['threads']}",
                                                     f"trainer.total_steps={args.steps}", "trainer.save_freq=0",
                                                     "trainer.val_freq=0", "trainer.progress_bar=false",
                                                     "trainer.save_trajectories=false",
@@ -354,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from pettingllms.utils.threads import allowed_cpus
-    threads = args.threads or allowed_cpus()
+    threads = int(args.threads) if args.threads != "auto" and int(args.threads) > 0 else allowed_cpus()
     for line in plan(args, threads):
         print(line)
     need_trl = args.only != "ours"
