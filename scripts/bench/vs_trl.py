@@ -224,7 +224,7 @@ def run_ours(task: dict, config_name: str, extra: list[str]) -> dict:
             steps.append({"step_s": m["timing/step_s"], "generate_s": m["timing/generate_s"],
                           "env_s": m["timing/env_s"], "update_s": m["timing/update_s"] + m["timing/logprob_s"],
                           "logprob_s": m["timing/logprob_s"],
-                          "gen_tokens": m["tokens/generated_per_s"] * m["timing/generate_s"],
+                          "gen_tokens": round(m["tokens/generated_per_s"] * m["timing/generate_s"]),
                           "update_tokens": m["tokens/prompt"] + m["tokens/response"],
                           "reward": m["reward/mean"]})
         # one base model's weights (L1/L2 share it): what each token's FLOPs scale with
