@@ -314,12 +314,8 @@ def child_env(threads: int) -> dict[str, str]:
         os.pathsep), "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
 
 
-def run_child(cmd: list[str], out: Path, threads: int, busy: int) -> dict:
-    procs = busy_loops(busy)
-    try:
-        r = subprocess.run(cmd, cwd=ROOT, env=child_env(threads))
-    finally:
-        stop(procs)
+def run_child(cmd: list[str], out: Path, threads: int) -> dict:
+    r = subprocess.run(cmd, cwd=ROOT, env=child_env(threads))
     if r.returncode != 0 or not out.exists():
         raise SystemExit(f"error: {' '.join(cmd[:3])} ... failed with exit code {r.returncode}")
     return json.loads(out.read_text())
@@ -386,17 +382,26 @@ def main(argv: list[str] | None = None) -> int:
     own = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
     results: dict[str, list[dict]] = {"ours": [], "trl": [], "multi": []}
     sides = ("ours",) if args.only == "ours" else ("trl",) if args.only == "trl" else ("ours", "trl")
-    for rnd in range(args.rounds):
-        for side in sides:
-            out = work / f"{side}_{rnd}.json"
-            cmd = (own + ["--side", "ours", "--task", str(task_file), "--out", str(out)] if side == "ours" else
-                   [py, str(TRL_SIDE), "--task", str(task_file), "--out", str(out)])
-            print(f"round {rnd + 1}: {side} ...", flush=True)
-            results[side].append(run_child(cmd, out, threads, args.busy))
-    if args.multi_agent:
-        out = work / "multi.json"
-        results["multi"].append(run_child(own + ["--side", "multi", "--task", str(task_file), "--out", str(out)],
-                                          out, threads, args.busy))
+    procs = busy_loops(args.busy)  # one set for the whole series, as a long-running neighbour would be
+    try:
+        if args.busy and args.threads == "auto":
+            print("waiting 60 s so that the load average sees the busy loops (trainer.threads=auto reads it)",
+                  flush=True)
+            time.sleep(60)
+        for rnd in range(args.rounds):
+            for side in sides:
+                out = work / f"{side}_{rnd}.json"
+                cmd = (own + ["--side", "ours", "--task", str(task_file), "--out", str(out)] if side == "ours"
+                       else [py, str(TRL_SIDE), "--task", str(task_file), "--out", str(out)])
+                print(f"round {rnd + 1}: {side} ...", flush=True)
+                results[side].append(run_child(cmd, out, threads))
+        if args.multi_agent:
+            out = work / "multi.json"
+            print("multi-agent quickstart ...", flush=True)
+            results["multi"].append(run_child(own + ["--side", "multi", "--task", str(task_file), "--out", str(out)],
+                                              out, threads))
+    finally:
+        stop(procs)
     print(f"--- results ({'full fine-tuning' if args.full else 'LoRA'}, busy {args.busy}, commit {_commit()})")
     summary = {side: summarize(runs, gflops, lora=not args.full) for side, runs in results.items()
                if runs and side != "multi"}
