@@ -59,3 +59,14 @@ def test_summary_skips_each_runs_first_step_and_takes_medians(capsys):
     assert "generation useful tok/s ratio (ours/TRL): 4.00" in out
     assert "update tok/s ratio (ours/TRL): 2.00" in out
     assert "peak RSS ratio (ours/TRL): 0.50" in out
+
+
+def test_multi_agent_split_and_physical_limit(capsys):
+    mod = _module()
+    runs = [_run([99.0, 4.0, 4.0])]
+    s = mod.summarize(runs, gflops=1e-6, lora=True)
+    mod.print_multi(s, runs, gflops=1e-6)
+    out = capsys.readouterr().out
+    # 2N per generated token + 4N per trained token (LoRA), at 1e-6 GFLOP/s = 1000 FLOP/s
+    assert "step 4.00 s = generate 1.00 + env 0.10 + update 2.00 + other 0.90" in out
+    assert "physical limit 1800.00 s" in out
