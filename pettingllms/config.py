@@ -250,8 +250,3 @@ def _check_choices(cfg: DictConfig) -> None:
     bad = [g for g in cfg.algorithm.group_by if g not in ("problem", "turn", "agent")]
     if bad:
         raise ConfigError(f"invalid 'algorithm.group_by' entries {bad}; use a subset of problem, turn, agent")
-    from pettingllms.utils.threads import parse_threads
-    try:
-        parse_threads(cfg.trainer.threads)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None

@@ -45,8 +45,10 @@ def test_parse_threads_rejects(value):
 def test_config_accepts_auto_and_rejects_garbage():
     assert load_config("tiny_test", ["trainer.threads=auto"]).trainer.threads == "auto"
     assert load_config("tiny_test", ["trainer.threads=2"]).trainer.threads == 2
-    with pytest.raises(ConfigError, match="trainer.threads must be a count >= 0 or 'auto', got 'many'"):
-        load_config("tiny_test", ["trainer.threads=many"])
+    for bad in ("many", "-1"):
+        with pytest.raises(ConfigError, match=f"invalid value '?{bad}'? for 'trainer.threads'; must be a count "
+                                              r">= 0 \(0 keeps torch's default\) or 'auto'"):
+            load_config("tiny_test", [f"trainer.threads={bad}"])
 
 
 def test_apply_threads_sets_torch():
