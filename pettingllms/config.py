@@ -145,7 +145,7 @@ class TrainerConfig:
     phases: list[PhaseConfig] = field(default_factory=list)  # freeze/unfreeze schedule
     log_tensorboard: bool = True
     progress_bar: bool = True
-    threads: int = 0  # torch threads; 0 keeps torch's default
+    threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
 
