@@ -115,8 +115,24 @@ class RoleLrConfig:
 
 
 @dataclass
+class VerlConfig:
+    """trainer.backend=verl: where verl's FSDP workers run and how. GPU runs differ from the CPU
+    runs that CI tests only in these values (device, attention, padding removal, offload)."""
+    device: str = "auto"  # auto (GPU if the Ray cluster has one) | cpu | cuda
+    strategy: str = "fsdp2"  # fsdp2 | fsdp
+    attn_implementation: str = "sdpa"  # flash_attention_2 on GPU
+    use_remove_padding: bool = False  # true (packed sequences) needs flash attention: GPU
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    ray_address: str = ""  # "": a local Ray started for the run; "auto" or host:port: join a cluster
+
+
+@dataclass
 class TrainerConfig:
     backend: str = "local"  # local | ray | verl
+    n_gpus_per_node: int = 1  # backend=verl: ranks per node (GPUs; processes on CPU)
+    nnodes: int = 1  # backend=verl: nodes of the Ray cluster
+    verl: VerlConfig = field(default_factory=VerlConfig)
     total_steps: int = 20
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -130,6 +146,7 @@ class TrainerConfig:
     save_freq: int = 0  # 0: only at the end
     val_freq: int = 0  # 0: never during training
     resume: str = "none"  # none | auto | PATH to a checkpoint folder
+    resume_allow_changes: bool = False  # resume with a changed config (recorded in config_changes.jsonl)
     output_dir: str = "outputs"
     run_name: str = ""  # empty: a timestamp
     deterministic: bool = False
@@ -138,7 +155,7 @@ class TrainerConfig:
     init_from: str = ""  # start the policies' weights from this checkpoint (e.g. the SFT cold start)
     log_tensorboard: bool = True
     progress_bar: bool = True
-    threads: int = 0  # torch threads; 0 keeps torch's default
+    threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
 
@@ -177,6 +194,9 @@ class MasConfig:
     sampling used by run_query, the demo and the eval script (training uses rollout.sampling)."""
     budgets: MasBudgets = field(default_factory=MasBudgets)
     max_attempts: int = 3  # designs per query until one runs to an answer (each is recorded)
+    # a template (pettingllms/mas/templates) run as one more, labelled attempt when every design
+    # failed; empty: off. For demos of untrained designers; never used in training.
+    fallback_template: str = ""
     designer_sampling: SamplingConfig = field(
         default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
     executor_sampling: SamplingConfig = field(
@@ -223,7 +243,8 @@ def _known_keys(node: Any, prefix: str = "") -> list[str]:
 
 
 def validate(cfg: Any) -> DictConfig:
-    """Merge `cfg` onto the schema; raise ConfigError naming any unknown key."""
+    """Merge `cfg` onto the schema; raise ConfigError naming any unknown key or bad value
+    (pettingllms.config_checks), before any model or data is loaded."""
     schema = OmegaConf.structured(ExperimentConfig)
     try:
         merged = OmegaConf.merge(schema, cfg)
@@ -238,6 +259,9 @@ def validate(cfg: Any) -> DictConfig:
         where = f" at '{key}'" if key else ""
         raise ConfigError(f"invalid config{where}: {str(e).splitlines()[0]}") from None
     _check_choices(merged)
+    from pettingllms.config_checks import check_values  # imports the env and engine registries
+
+    check_values(merged)
     OmegaConf.set_struct(merged, True)
     return merged
 
@@ -251,6 +275,8 @@ _CHOICES = {
     "algorithm.old_logprobs": ("recompute", "engine"),
     "trainer.backend": ("local", "ray", "verl"),
     "trainer.lr_schedule": ("cosine", "constant"),
+    "trainer.verl.device": ("auto", "cpu", "cuda"),
+    "trainer.verl.strategy": ("fsdp2", "fsdp"),
 }
 
 
