@@ -149,6 +149,8 @@ def test_code_task_graded_by_hidden_tests():
 def test_bad_env_option_is_a_config_error():
     from pettingllms.config import ConfigError
     from pettingllms.trainer.components import make_env_factory
-    cfg = make_cfg(env={"name": "autoevol", "options": {"designz": 2}}, rollout={"strategy": "autoevol"})
-    with pytest.raises(ConfigError, match="designz"):
+    with pytest.raises(ConfigError, match="designz.*did you mean 'designs'"):
+        make_cfg(env={"name": "autoevol", "options": {"designz": 2}}, rollout={"strategy": "autoevol"})
+    cfg = make_cfg(env={"name": "autoevol", "options": {"designs": 0}}, rollout={"strategy": "autoevol"})
+    with pytest.raises(ConfigError, match="designs and executions must be >= 1"):
         make_env_factory(cfg)

@@ -34,7 +34,7 @@ def make_env_factory(cfg: DictConfig) -> Callable[[], Any]:
         factory()
     except KeyError as e:
         raise ConfigError(f"env.name: {e.args[0]}") from None
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # an unknown option, or a value the env refuses
         raise ConfigError(f"env.options for '{name}': {e}") from None
     return factory
 

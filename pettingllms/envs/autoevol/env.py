@@ -70,13 +70,14 @@ def design_source(reply: Any) -> str | None:
 class AutoEvolEnv(MultiAgentEnv):
     agents = ("designer", "executor")
 
-    def __init__(self, max_turns: int = 1, **options: Any) -> None:
-        known = set(AutoEvolOptions.__dataclass_fields__)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise TypeError(f"AutoEvolEnv got unknown options: {unknown} (known: {sorted(known)})")
-        super().__init__(max_turns=max_turns)
-        self.opts = AutoEvolOptions(**options)
+    def __init__(self, max_turns: int = 1, task: str = "math", designs: int = 4, executions: int = 4,
+                 executor_group: str = "question", format_valid: float = 0.1, format_missing: float = -0.1,
+                 strict_boxed: bool = False, grader: dict[str, Any] | None = None, **options: Any) -> None:
+        super().__init__(max_turns=max_turns, **options)  # unknown options fail there
+        self.opts = AutoEvolOptions(task=task, designs=int(designs), executions=int(executions),
+                                    executor_group=executor_group, format_valid=float(format_valid),
+                                    format_missing=float(format_missing), strict_boxed=bool(strict_boxed),
+                                    grader=dict(grader or {}))
         self.opts.check()
         self._code = CodeSingleEnv(**dict(self.opts.grader)) if self.opts.task == "code" else None
         self.question = ""
