@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from pettingllms.config import validate
+from pettingllms.config import ConfigError, validate
 from pettingllms.rollout.engines import build_engine
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
@@ -276,11 +276,11 @@ def test_build_engine_from_config() -> None:
     bad = validate(OmegaConf.create({"rollout": {"engine_options": {"gpu_memory": 0.5}}}))
     with pytest.raises(ValueError, match="gpu_memory"):
         build_engine(bad)
-    for name in ("vllm", "openai"):
-        with pytest.raises(NotImplementedError, match="GPU-backend extra"):
-            build_engine(validate(OmegaConf.create({"rollout": {"engine": name}})))
-    with pytest.raises(ValueError, match="unknown rollout.engine"):
-        build_engine(validate(OmegaConf.create({"rollout": {"engine": "hff"}})))
+    for name in ("vllm", "openai"):  # their settings live in typed blocks, rollout.vllm / rollout.openai
+        with pytest.raises(ValueError, match=f"engine '{name}' takes rollout.{name}"):
+            build_engine(validate(OmegaConf.create({"rollout": {"engine": name, "engine_options": {"x": 1}}})))
+    with pytest.raises(ConfigError, match="did you mean 'hf'"):
+        validate(OmegaConf.create({"rollout": {"engine": "hff"}}))
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import torch
 from pettingllms.policies import build_policies
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
-from tests.policy_helpers import TINY, make_cfg, make_samples
+from policy_helpers import TINY, make_cfg, make_samples
 
 AGENTS = ["tool", "reasoner"]
 
