@@ -65,6 +65,7 @@ def _engine(url: str, **openai):
     return build_engine(cfg)
 
 
+@pytest.mark.slow
 def test_generates_with_token_ids_and_logprobs_from_a_real_server(server):
     engine = _engine(server)  # no model name: the server's first model
     try:
