@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import math
 import shutil
 import tempfile
@@ -33,6 +34,9 @@ from pettingllms.policies.mapping import PolicySpec
 from pettingllms.records import Sample
 from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
 from pettingllms.utils.models import load_causal_lm, resolve_device, torch_dtype
+
+log = logging.getLogger(__name__)
+
 
 def config_device(cfg: Any) -> torch.device:
     trainer = getattr(cfg, "trainer", None)
@@ -357,8 +361,11 @@ class PolicyWorker:
             try:
                 from pettingllms.utils.models import load_tokenizer
                 load_tokenizer(self.spec.base).save_pretrained(str(Path(folder) / "model"))
-            except Exception:  # a base without a tokenizer still checkpoints its weights
-                pass
+            except Exception as e:  # noqa: BLE001 - the weights are saved all the same
+                log.warning("policy %s: no tokenizer saved in %s (loading the tokenizer of %s "
+                            "failed: %s: %s); the folder holds the weights but is not a "
+                            "complete HF model folder", self.name, Path(folder) / "model",
+                            self.spec.base, type(e).__name__, str(e)[:200])
 
     def load(self, folder: str | Path) -> None:
         folder = Path(folder)

@@ -18,7 +18,11 @@ def data_name(cfg: DictConfig) -> str:
 def make_env_factory(cfg: DictConfig) -> Callable[[], Any]:
     """A zero-argument env constructor; bad env options fail once, here, as a ConfigError."""
     from pettingllms.envs import make_env
+    from pettingllms.sandbox import configure_sandbox, sandbox_backend, sandbox_refusal
 
+    # say in the run's first lines how env code will run (or that it will be refused)
+    configure_sandbox(bool(cfg.sandbox.allow_weak))
+    sandbox_refusal(sandbox_backend())
     name = str(cfg.env.name)
     options = OmegaConf.to_container(cfg.env.options, resolve=True) or {}
     max_turns = int(cfg.env.max_turns)

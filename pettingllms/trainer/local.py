@@ -22,11 +22,14 @@ import torch
 from omegaconf import DictConfig
 
 from pettingllms.config import ConfigError
+from pettingllms.envs.math.verify import judge_counts
+from pettingllms.sandbox import sandbox_counts
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
-from pettingllms.trainer.metrics import batch_metrics, policy_metrics, timing_sum
+from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_metrics,
+                                         sandbox_warning, timing_sum)
 from pettingllms.trainer.outputs import RunOutputs, new_run_dir, summary_line
 from pettingllms.trainer.timing import Stopwatch
 from pettingllms.utils.seeding import derive_seed, restore_rng_state, set_seed
@@ -134,6 +137,7 @@ class LocalTrainer:
         cfg, sw = self.cfg, Stopwatch()
         self.backend.begin_step()
         t_step = time.perf_counter()
+        counts0 = (sandbox_counts(), judge_counts())
         problems = [self.problems[i] for i in self.order.next_indices(int(cfg.rollout.batch_size))]
         with sw.section("rollout"):
             batch = self.rollout.run(problems, seed=rollout_seed(cfg.seed, step), step=step)
@@ -157,6 +161,10 @@ class LocalTrainer:
             metrics.update(batch_metrics(batch, self.agents))
             metrics.update(policy_metrics(reports))
             metrics["policies/trained"] = float(len(updated))
+            metrics.update(counter_delta(counts0[0], sandbox_counts(), "sandbox"))
+            metrics.update(counter_delta(counts0[1], judge_counts(), "judge"))
+            if (warning := sandbox_warning(metrics)) is not None:
+                log.warning("step %d: %s", step, warning)
             if cfg.trainer.save_trajectories:
                 self.outputs.write_trajectories(step, batch.episodes)
         step_s = time.perf_counter() - t_step
