@@ -26,6 +26,7 @@ from pettingllms.envs.math.verify import judge_counts
 from pettingllms.sandbox import sandbox_counts
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
+from pettingllms.trainer import run_folder
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
 from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_metrics,
@@ -69,17 +70,24 @@ def resolve_run(cfg: DictConfig) -> tuple[Path, Path | None]:
             raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name "
                               "(or pass trainer.resume=PATH to a checkpoint folder)")
         run_dir = Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
-        return run_dir, ckpt_io.latest_checkpoint(run_dir)
+        latest = ckpt_io.latest_checkpoint(run_dir)
+        if latest is None:
+            run_folder.start_fresh_in(run_dir)
+            return run_dir, None
+        run_folder.check_resume_config(run_dir, cfg, latest)
+        return run_dir, latest
     path = Path(resume)
     if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: take its latest
         latest = ckpt_io.latest_checkpoint(path)
         if latest is None:
             raise ConfigError(f"trainer.resume={resume}: no complete checkpoint in that run folder")
+        run_folder.check_resume_config(path, cfg, latest)
         return path, latest
     if not ckpt_io.is_complete(path):
         raise ConfigError(f"trainer.resume={resume}: not a complete checkpoint folder")
     if path.parent.name != "checkpoints":
-        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_<N>")
+        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
+    run_folder.check_resume_config(path.parent.parent, cfg, path)
     return path.parent.parent, path
 
 
@@ -117,9 +125,8 @@ class LocalTrainer:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         rng_state = None
-        if resume_from is not None:
-            state = ckpt_io.load_state(resume_from)
-            ckpt_io.load_policies(resume_from, self.workers)
+        if resume_from is not None:  # an unreadable checkpoint falls back to the previous one
+            resume_from, state = ckpt_io.load_checkpoint(resume_from, self.workers, run_dir=self.run_dir)
             self.order.load_state_dict(state["data"])
             self.step = int(state["step"])
             self.history = [dict(m) for m in state.get("metrics", [])]

