@@ -71,9 +71,9 @@ class RolloutWorker:
         from pettingllms.trainer.timing import TimedEngine
 
         self.index = index
+        for module in cfg.get("ray", {}).get("worker_imports") or []:  # first: a module may register
+            importlib.import_module(str(module))                         # a custom env the config names
         self.cfg = validate(OmegaConf.create(cfg))
-        for module in self.cfg.ray.worker_imports:  # e.g. a module that registers a custom env
-            importlib.import_module(str(module))
         if int(self.cfg.trainer.threads) > 0:
             torch.set_num_threads(int(self.cfg.trainer.threads))
         self.env_factory = make_env_factory(self.cfg)
