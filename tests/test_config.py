@@ -134,9 +134,9 @@ def test_cli_help_lists_experiments_and_groups():
 
 
 def test_cli_unavailable_backend_is_a_clear_error(tmp_path):
-    r = _cli("--config-name", BASE, "trainer.backend=ray", f"trainer.output_dir={tmp_path}")
+    r = _cli("--config-name", BASE, "trainer.backend=verl", f"trainer.output_dir={tmp_path}")
     assert r.returncode == 2
-    assert "trainer.backend=ray is not available yet" in r.stderr and "Traceback" not in r.stderr
+    assert "trainer.backend=verl is not available yet" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_parse_args():

@@ -109,11 +109,16 @@ class LocalTrainer:
         self.problems = comp.load_problems(cfg, "train", cfg.env.train_limit)
         self.order = DataOrder(len(self.problems), int(cfg.seed))
         self.backend = make_backend(cfg, self.env_factory, engine=engine)
-        self.policies = self.backend.build_policies(self.agents)
-        self.workers: dict[str, Any] = dict(self.policies.workers)
-        self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
-        check_phases(cfg, list(self.workers))
-        self.backend.start(comp.policy_bases(self.policies))
+        try:  # engines, Ray actors: nothing started here outlives a failed set-up
+            self.policies = self.backend.build_policies(self.agents)
+            self.workers: dict[str, Any] = dict(self.policies.workers)
+            self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
+            check_phases(cfg, list(self.workers))
+            self.backend.start(comp.policy_bases(self.policies))
+            self.backend.check_trainable()
+        except BaseException:
+            self.backend.close()
+            raise
         self.rollout = self.backend.runner(cfg)
 
         self.step = 0
@@ -143,6 +148,7 @@ class LocalTrainer:
         with sw.section("rollout"):
             batch = self.rollout.run(problems, seed=rollout_seed(cfg.seed, step), step=step)
         batch.step = step
+        self.backend.pause_engines()
         with sw.section("advantages"):
             from pettingllms.algorithms.advantages import compute_advantages
             compute_advantages(batch.samples, cfg.algorithm)
