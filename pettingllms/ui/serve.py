@@ -4,7 +4,7 @@
     python -m pettingllms.ui.demo  [--config-name mas_demo] [key=value ...]   (QUESTION, RUNS_DIR)
 
 The model and engine come from the experiment config (`model.path`, `rollout.engine`,
-`rollout.engine_options`); designer and executor are the one policy of that model (L1), and
+`rollout.openai.*`); designer and executor are the one policy of that model (L1), and
 `mas.*` sets budgets, attempts and sampling. scripts/evaluate/autoevol/serve_ui.sh picks the
 engine (a running OpenAI-compatible server, `vllm serve`, or the in-process HF engine).
 """
