@@ -75,7 +75,7 @@ def compute_advantages(samples: Sequence[Sample], cfg: Any) -> None:
         by_agent: dict[str, list[Sample]] = {}
         for s in real:
             by_agent.setdefault(s.agent, []).append(s)
-        agent_std = {a: unbiased_std(_stat_values(ms)) for a, ms in by_agent.items()}
+        agent_std = {a: unbiased_std(stat_values(ms)) for a, ms in by_agent.items()}
 
     for members in groups.values():
         if name == "agent_norm":  # the baseline is the agent's own, inside the group
@@ -90,7 +90,7 @@ def compute_advantages(samples: Sequence[Sample], cfg: Any) -> None:
             _normalise(members, lambda values: 1.0)
 
 
-def _stat_values(members: Sequence[Sample]) -> list[float]:
+def stat_values(members: Sequence[Sample]) -> list[float]:
     """The rewards statistics are taken over: one per sample, or one per episode when the
     samples carry an episode-level return."""
     if members and all(s.info.get(EPISODE_RETURN_KEY) for s in members):
@@ -102,7 +102,7 @@ def _stat_values(members: Sequence[Sample]) -> list[float]:
 
 
 def _normalise(members: Sequence[Sample], scale_of) -> None:
-    values = _stat_values(members)
+    values = stat_values(members)
     if len(values) < 2:
         return  # a lone sample (or episode) has no baseline: advantage stays 0
     if max(values) == min(values):
