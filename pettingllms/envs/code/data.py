@@ -259,6 +259,9 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
           test_fraction: float = 0.25, online_limit: int = 500) -> dict:
     import pandas as pd
 
+    if Path(out_dir).name == "code_easy":  # the CPU-scale easy level (env.data=code_easy)
+        from pettingllms.envs.code.easy import build_easy
+        return build_easy(out_dir, seed=seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"seed": seed}
