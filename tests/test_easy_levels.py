@@ -1,6 +1,7 @@
 """The easy data levels (env.data=<env>_easy): what each promises, and that they build by name."""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -82,3 +83,15 @@ def test_code_easy_builds_by_folder_name(tmp_path, monkeypatch):
 def test_every_easy_level_has_a_training_recipe(env):
     text = (ROOT / "scripts" / "train" / env / f"{env}_easy.sh").read_text()
     assert f"env.data={env}_easy" in text and "recipe train" in text
+
+
+@pytest.mark.parametrize("env", ["sudoku", "sokoban", "plan_path"])
+def test_easy_data_builds_through_the_config(env, tmp_path):
+    # the path a recipe takes: env=<env> env.data=<env>_easy, built on first use by the env's package
+    from pettingllms.cli.config_loading import load_config
+    from pettingllms.trainer import components as comp
+
+    cfg = load_config("at_grpo_shared", [f"env={env}", f"env.data={env}_easy", f"env.data_root={tmp_path}"])
+    rows = comp.load_problems(cfg, "test", 3)
+    easy_tiers = importlib.import_module(f"pettingllms.envs.{env}.data").EASY_TIERS
+    assert len(rows) == 3 and all(r["tier"] in easy_tiers for r in rows)

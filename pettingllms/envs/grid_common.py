@@ -475,7 +475,9 @@ class MoveGridEnv(GridTaskEnv):
 
 def register_variants(name: str, env_class: type) -> tuple[type, type]:
     """Register `name` (tool + plan) and `name`_single (one `plan` agent doing the whole task)."""
-    mas = register_env(name)(type(f"{env_class.__name__}MAS", (env_class,), {"agents": ("tool", "plan")}))
+    # __module__: the env's own package, which is where its data builder is found (components.py)
+    home = {"__module__": env_class.__module__}
+    mas = register_env(name)(type(f"{env_class.__name__}MAS", (env_class,), {"agents": ("tool", "plan"), **home}))
     single = register_env(f"{name}_single")(type(f"{env_class.__name__}Single", (env_class,),
-                                                 {"agents": ("plan",), "single_agent": True}))
+                                                 {"agents": ("plan",), "single_agent": True, **home}))
     return mas, single
