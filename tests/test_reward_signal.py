@@ -196,3 +196,18 @@ def test_starvation_warning_after_n_flat_steps():
     assert starved_agents(history + [row(1.0, 0.0)], ["tool", "plan"], 2) == [("tool", 4)]
     assert starved_agents(history, ["tool", "plan"], 0) == []
     assert make_cfg().trainer.starvation_warn_steps > 0
+
+
+def test_tie_rule_is_seeded_among_the_best_and_logged_once(monkeypatch, caplog):
+    import logging
+    import random
+
+    from pettingllms.rollout.strategies import tree
+
+    monkeypatch.setattr(tree, "_tie_logged", False)
+    strategy = tree.TreeStrategy()
+    with caplog.at_level(logging.INFO, logger=tree.__name__):
+        picks = {strategy.choose([0.0, 1.5, 0.5, 1.5], random.Random(seed)) for seed in range(40)}
+        assert strategy.choose([0.0, 2.0, 1.0], random.Random(0)) == 1
+    assert picks == {1, 3}  # both tied best branches occur, never a worse one, never index order alone
+    assert [r.getMessage() for r in caplog.records].count(tree.TIE_RULE) == 1
