@@ -10,7 +10,6 @@ Every test is checked against the reference in the sandbox before it is kept
 """
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -117,9 +116,7 @@ def easy_rows(seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 
 def build_easy(out_dir: str | Path, *, seed: int = 0) -> dict[str, Any]:
-    import pandas as pd
-
-    from pettingllms.envs.code.data import verify_function_rows
+    from pettingllms.envs.code.data import verify_function_rows, write_split
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,9 +124,6 @@ def build_easy(out_dir: str | Path, *, seed: int = 0) -> dict[str, Any]:
     report: dict[str, Any] = {"seed": seed, "preset": "code_easy", "templates": len(TEMPLATES)}
     for name, rows in (("train", train), ("test", test)):
         report[f"{name}_verify"] = verify_function_rows(rows)
-        frame = pd.DataFrame([{**r, "tests": json.dumps(r["tests"])} for r in rows],
-                             columns=["id", "source", "kind", "question", "entry_point",
-                                      "starter", "reference", "tests"])
-        frame.to_parquet(out / f"{name}.parquet", index=False)
+        write_split(out / f"{name}.parquet", rows)
         report[name] = len(rows)
     return report
