@@ -16,8 +16,12 @@ split is fixed and disjoint from train; see pettingllms/envs/math/data.py easy_r
 and on plan_path_easy and sudoku_easy: mas and at_grpo_l1.
 Every trained row uses the same steps, problems per step, K, token budget and learning rate.
 Held-out accuracy (avg@k, pass@k) is the trainer's validation on the test split at every
---val-every steps, the last one at the final step; untrained rows run pettingllms.evaluate on
-the same problems. A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a
+--val-every steps (default: once, at the final step; the curve's step 0 is the untrained row of
+the same seed); untrained rows run pettingllms.evaluate on the same problems.
+
+Sizing (defaults): 2 seeds; 12 steps x 4 problems, K=4, 96 new tokens per turn; held-out on the
+first 48 test problems (all of math_easy's) with k=2. That is 8 evaluations and 18 trainings,
+estimated at about 2 hours on 2 idle cores: an estimate, not yet timed on a quiet machine. A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a
 re-run skips it (an interrupted training resumes from its last checkpoint). After each run the
 table is rebuilt: OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are
 outside the noise), cpu_table.png (reward and held-out curves with seed bands), cpu_table.json.
@@ -311,10 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=96, help="new tokens per turn")
     ap.add_argument("--eval-limit", type=int, default=48, help="held-out problems (the first N of test)")
     ap.add_argument("--eval-k", type=int, default=2)
-    ap.add_argument("--val-every", type=int, default=6, help="held-out eval every N steps (divides --steps)")
+    ap.add_argument("--val-every", type=int, default=None,
+                    help="held-out eval every N steps (divides --steps; default: only at the last step)")
     ap.add_argument("--work", default="outputs/cpu_table", help="runs and per-run results")
     ap.add_argument("--out-dir", default="docs/results", help="where the table, PNG and JSON go")
     args, extra = ap.parse_known_args(argv)
+    args.val_every = args.val_every or args.steps
     bad = [e for e in extra if "=" not in e or e.startswith("-")]
     if bad:
         ap.error(f"unrecognised arguments {bad} (trainer overrides are key=value)")
