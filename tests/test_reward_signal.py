@@ -211,3 +211,24 @@ def test_tie_rule_is_seeded_among_the_best_and_logged_once(monkeypatch, caplog):
         assert strategy.choose([0.0, 2.0, 1.0], random.Random(0)) == 1
     assert picks == {1, 3}  # both tied best branches occur, never a worse one, never index order alone
     assert [r.getMessage() for r in caplog.records].count(tree.TIE_RULE) == 1
+
+
+@pytest.mark.slow  # two real update steps of the tiny model
+def test_trainer_warns_about_a_starved_agent(tmp_path, caplog):
+    # rollout.k=1: every group holds one sample, so no agent ever gets a signal
+    import logging
+
+    from pettingllms.trainer.local import LocalTrainer
+    from trainer_fixtures import RandomTokenEngine, trainer_cfg
+
+    cfg = trainer_cfg(tmp_path, "rollout.k=1", "trainer.total_steps=2", "trainer.starvation_warn_steps=2",
+                      "trainer.save_freq=0", "trainer.run_name=starve")
+    trainer = LocalTrainer(cfg, engine=RandomTokenEngine())
+    try:
+        with caplog.at_level(logging.WARNING, logger="pettingllms.trainer.local"):
+            history = trainer.fit()
+    finally:
+        trainer.close()
+    assert [row["groups/zero_var_frac/writer"] for row in history] == [1.0, 1.0]
+    warned = [r.getMessage() for r in caplog.records if "no learning signal" in r.getMessage()]
+    assert len(warned) == 2 and "'writer'" in warned[0] + warned[1] and "2 steps" in warned[0]
