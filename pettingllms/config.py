@@ -159,6 +159,9 @@ class MasConfig:
     sampling used by run_query, the demo and the eval script (training uses rollout.sampling)."""
     budgets: MasBudgets = field(default_factory=MasBudgets)
     max_attempts: int = 3  # designs per query until one runs to an answer (each is recorded)
+    # a template (pettingllms/mas/templates) run as one more, labelled attempt when every design
+    # failed; empty: off. For demos of untrained designers; never used in training.
+    fallback_template: str = ""
     designer_sampling: SamplingConfig = field(
         default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
     executor_sampling: SamplingConfig = field(
