@@ -94,8 +94,10 @@ class EnvConfig:
 
 @dataclass
 class RewardConfig:
+    """A candidate's reward: team_weight * team reward + local_weight * the acting agent's own
+    (local) reward, the paper's team + local mix; README "Algorithm" says why both are on."""
     team_weight: float = 1.0
-    local_weight: float = 0.0
+    local_weight: float = 0.5
 
 
 @dataclass
@@ -187,6 +189,7 @@ class TrainerConfig:
     threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
+    starvation_warn_steps: int = 5  # warn when an agent's groups had zero variance this many steps in a row; 0: never
 
 
 @dataclass

@@ -147,6 +147,7 @@ class Rollout:
             traj = tr.episode.trajectory
             traj.team_reward = float(tr.env.team_reward())
             traj.success = bool(tr.env.success)
+            st.strategy.finish(tr.episode, st.team_weight, st.local_weight)
         return Batch(step=step, episodes=[tr.episode for tr in tracks])
 
     def _start(self, problems: list[dict[str, Any]], keys: list[str], seed: int, st: _Settings) -> list[_Track]:

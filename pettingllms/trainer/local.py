@@ -29,7 +29,7 @@ from pettingllms.trainer import run_folder
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
 from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_metrics,
-                                         sandbox_warning, timing_sum)
+                                         sandbox_warning, starved_agents, timing_sum)
 from pettingllms.trainer.outputs import RunOutputs, new_run_dir, summary_line
 from pettingllms.trainer.timing import Stopwatch
 from pettingllms.utils.seeding import derive_seed, restore_rng_state, set_seed
@@ -227,6 +227,10 @@ class LocalTrainer:
                 metrics["time/elapsed_s"] = time.perf_counter() - t_run
                 self.history.append(metrics)
                 self.outputs.log_metrics(metrics)
+                for agent, streak in starved_agents(self.history, self.agents, int(tr.starvation_warn_steps)):
+                    log.warning("agent '%s' has had no learning signal for %d steps: every group of its "
+                                "samples had equal rewards (groups/zero_var_frac/%s = 1). Check its local "
+                                "reward and reward.local_weight, or raise rollout.k", agent, streak, agent)
                 bar.update(1)
                 line = summary_line(metrics, total)
                 (bar.write(line, file=sys.stderr) if not bar.disable else print(line, flush=True))
