@@ -129,6 +129,9 @@ class TrainerConfig:
     threads: int = 0  # torch threads; 0 keeps torch's default
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
+    # metric sinks: console, jsonl (always on), tensorboard, wandb, mlflow (trainer/loggers.py)
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    project: str = "pettingllms"  # W&B project (runs grouped by `experiment`); an MLflow tag
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.cli.args import run_main
+from pettingllms.cli.app import JobInfo, run_main
 from pettingllms.config import ConfigError
 
 
@@ -65,21 +65,24 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-def output_path(cfg: DictConfig, result: dict[str, Any]) -> Path:
+def output_path(cfg: DictConfig, result: dict[str, Any], job: JobInfo | None = None) -> Path:
+    """eval.output; else next to the checkpoint (one job) or in the command's job folder."""
     if cfg.eval.output:
         return Path(cfg.eval.output)
     name = f"eval_{cfg.env.name}_{cfg.eval.split}_k{cfg.eval.k}.json"
-    if result["checkpoint"]:
+    if result["checkpoint"] and not (job and job.multirun):
         return Path(result["checkpoint"]) / name
+    if job is not None:
+        return job.output_dir / name
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(cfg.trainer.output_dir) / str(cfg.experiment) / "eval" / f"base_{stamp}_{name}"
 
 
-def _evaluate(cfg: DictConfig) -> int:
+def _evaluate(cfg: DictConfig, job: JobInfo) -> int:
     from pettingllms.trainer.evaluation import format_table
 
     result = run_evaluation(cfg)
-    out = output_path(cfg, result)
+    out = output_path(cfg, result, job)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=float))
     what = result["checkpoint"] or f"base model {result['model']}"
@@ -92,7 +95,7 @@ def _evaluate(cfg: DictConfig) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_main(argv, prog="pettingllms.evaluate", default_config="quickstart",
                     what="Evaluate a base model or a checkpoint: avg@k and pass@k per env and benchmark.",
-                    body=_evaluate)
+                    kind="eval", body=_evaluate)
 
 
 if __name__ == "__main__":
