@@ -244,7 +244,7 @@ def run_main(argv: Sequence[str] | None, *, prog: str, default_config: str, what
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    hydra_argv = cmd.hydra_flags + [f"hydra.job.name={kind}"] + extra + overrides
+    hydra_argv = cmd.hydra_flags + [f"hydra.job.name={prog.rsplit('.', 1)[-1]}"] + extra + overrides
     return _run_hydra(prog, cdir, cmd.config_name, hydra_argv, Task(body))
 
 
