@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -29,31 +30,48 @@ def test_sink_selection_and_checks(tmp_path):
     assert mlflow_name("val/math/avg@4") == "val/math/avg_4"
 
 
-def wandb_history(run_dir: Path) -> tuple[str, list[dict]]:
-    """The run id and the logged history rows of the W&B offline run(s) under run_dir."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+def wandb_records(path: Path):
+    """Record payloads of a W&B transaction log (`.wandb`: a LevelDB-style log of protobufs)."""
+    block, header = 32768, 7
+    buf = path.read_bytes()
+    assert struct.unpack("<4sHB", buf[:7])[:2] == (b":W&B", 0xBEE1), "not a W&B transaction log"
+    pos, parts = 7, []
+    while pos + header <= len(buf):
+        if block - pos % block < header:  # block trailer padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", buf[pos:pos + header])
+        parts.append(buf[pos + header:pos + header + length])
+        pos += header + length
+        if kind in (1, 4):  # FULL or LAST chunk of a record
+            yield b"".join(parts)
+            parts = []
 
-    rows, ids = [], set()
+
+def wandb_offline_run(run_dir: Path) -> tuple[str, dict, list[dict]]:
+    """Run id, config and logged history rows of the W&B offline run(s) under run_dir."""
+    from wandb.proto import wandb_internal_pb2
+
+    rows, ids, config = [], set(), {}
     for path in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        ds = datastore.DataStore()
-        ds.open_for_scan(str(path))
-        while (data := ds.scan_data()) is not None:
+        for data in wandb_records(path):
             rec = wandb_internal_pb2.Record()
             rec.ParseFromString(data)
-            if rec.WhichOneof("record_type") == "run":
+            kind = rec.WhichOneof("record_type")
+            if kind == "run":
                 ids.add(rec.run.run_id)
-            if rec.WhichOneof("record_type") == "history":
+                config.update({u.key: json.loads(u.value_json) for u in rec.run.config.update})
+            elif kind == "history":
                 rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                              for item in rec.history.item})
     assert len(ids) == 1, ids
-    return ids.pop(), rows
+    return ids.pop(), config, rows
 
 
 def mlflow_runs(run_dir: Path):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
     return client, runs
 
@@ -78,13 +96,13 @@ def test_tiny_run_logs_to_every_sink_and_resume_continues(tmp_path):
     assert [m["step"] for m in jsonl] == [1]
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
 
-    run_id, rows = wandb_history(run)
+    run_id, config, rows = wandb_offline_run(run)
     assert run_id == json.loads((run / "loggers.json").read_text())["wandb"]
     assert [row["_step"] for row in rows] == [1]
     want = scalars(jsonl[0])
     assert {k: rows[0][k] for k in want} == pytest.approx(want)
-    config_yaml = next((run / "wandb").glob("offline-run-*/files/config.yaml")).read_text()
-    assert "tiny_test" in config_yaml and "pl_test" in config_yaml
+    assert config["experiment"] == "tiny_test" and config["trainer"]["project"] == "pl_test"
+    assert config["trainer"]["total_steps"] == 1
 
     client, runs = mlflow_runs(run)
     assert len(runs) == 1 and runs[0].info.run_name == "run"
@@ -96,7 +114,7 @@ def test_tiny_run_logs_to_every_sink_and_resume_continues(tmp_path):
     r = subprocess.run(base + ["trainer.total_steps=2", "trainer.resume=auto"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    run_id2, rows = wandb_history(run)
+    run_id2, _, rows = wandb_offline_run(run)
     assert run_id2 == run_id and sorted(row["_step"] for row in rows) == [1, 2]
     client, runs = mlflow_runs(run)
     assert len(runs) == 1

@@ -6,7 +6,8 @@ Each sink is one class with `log(metrics)` (one dict per step, `step` included) 
 W&B: project `trainer.project`, group `experiment`, run name the run folder's name, the
 resolved config as the run config, files under `<run>/wandb/`. With no API key (or no route
 to the server) we set `WANDB_MODE=offline`; upload later with `wandb sync <run>/wandb/offline-run-*`.
-MLflow: a local store under `<run>/mlruns` (override with MLFLOW_TRACKING_URI), experiment
+MLflow: a local SQLite store `<run>/mlflow.db`, artifacts in `<run>/mlartifacts` (override
+with MLFLOW_TRACKING_URI), experiment
 `experiment`, run name the run folder's name, the config as params and as config.yaml.
 Both keep their run id in `<run>/loggers.json`, so a resumed run continues the same run.
 """
@@ -179,7 +180,8 @@ class MlflowLogger:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").resolve().as_uri()
+        # MLflow's own default is a SQLite file; ours lives in the run folder, artifacts beside it
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
         self.client = MlflowClient(tracking_uri=uri)
         if run_id is not None:
             self.run_id = run_id
@@ -187,7 +189,8 @@ class MlflowLogger:
             return
         name = str(cfg.experiment)
         exp = self.client.get_experiment_by_name(name)
-        exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(name)
+        exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(
+            name, artifact_location=(run_dir / "mlartifacts").resolve().as_uri())
         run = self.client.create_run(exp_id, run_name=run_dir.name,
                                      tags={"project": str(cfg.trainer.project), "run_dir": str(run_dir)})
         self.run_id = run.info.run_id

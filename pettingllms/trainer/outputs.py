@@ -3,7 +3,7 @@
     config.yaml                 the resolved config
     metrics.jsonl               one JSON object per step
     tensorboard/                TensorBoard event files (trainer.logger: see loggers.py)
-    wandb/ mlruns/ loggers.json W&B and MLflow runs, when trainer.logger lists them
+    wandb/ mlflow.db loggers.json  W&B and MLflow runs, when trainer.logger lists them
     trajectories/step_<N>.jsonl the step's episodes (pettingllms.records.Episode)
     checkpoints/step_<N>/       see checkpoint.py
 """
