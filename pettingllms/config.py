@@ -13,6 +13,8 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from pettingllms.mas.budgets import MasBudgets
+
 
 @dataclass
 class LoraConfig:
@@ -145,6 +147,25 @@ class EvalConfig:
 
 
 @dataclass
+class SandboxConfig:
+    """Where LLM-written code runs (pettingllms/sandbox). Without bubblewrap and without
+    Landlock + seccomp nothing contains it: it is refused unless allow_weak is true."""
+    allow_weak: bool = False  # run it uncontained there (the exposure is logged in one line)
+
+
+@dataclass
+class MasConfig:
+    """MetaAgent-X design execution (pettingllms/mas): budgets and the designer/executor
+    sampling used by run_query, the demo and the eval script (training uses rollout.sampling)."""
+    budgets: MasBudgets = field(default_factory=MasBudgets)
+    max_attempts: int = 3  # designs per query until one runs to an answer (each is recorded)
+    designer_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
+    executor_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=256))
+
+
+@dataclass
 class ExperimentConfig:
     experiment: str = "default"
     seed: int = 0
@@ -161,6 +182,8 @@ class ExperimentConfig:
     agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    mas: MasConfig = field(default_factory=MasConfig)
 
 
 class ConfigError(ValueError):

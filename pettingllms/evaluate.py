@@ -36,29 +36,29 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate per cfg.eval; returns the results dict (also written as JSON)."""
     from pettingllms.trainer import checkpoint as ckpt_io
     from pettingllms.trainer import components as comp
+    from pettingllms.trainer.backends import make_backend
     from pettingllms.trainer.evaluation import evaluate_problems
     from pettingllms.utils.seeding import derive_seed, set_seed
 
-    comp.check_backend(cfg)
     set_seed(int(cfg.seed), bool(cfg.trainer.deterministic))
     env_factory = comp.make_env_factory(cfg)
     agents = list(env_factory().agents)
     limit = cfg.eval.limit if cfg.eval.limit is not None else cfg.env.test_limit
     problems = comp.load_problems(cfg, cfg.eval.split, limit)
     ckpt = _resolve_checkpoint(cfg.eval.checkpoint) if cfg.eval.checkpoint else None
-    policies = comp.build_policy_set(cfg, agents)
-    engine = comp.build_rollout_engine(cfg, comp.policy_bases(policies))
+    backend = make_backend(cfg, env_factory)
     try:
+        policies = backend.build_policies(agents)
+        backend.start(comp.policy_bases(policies))
         if ckpt is not None:
             ckpt_io.load_policies(ckpt, policies.workers)
-            comp.push_weights(engine, dict(policies.workers))
+            backend.sync_weights()
         t0 = time.perf_counter()
-        result = evaluate_problems(
-            lambda ecfg: comp.make_rollout(engine, env_factory, dict(policies.agent_policy), ecfg),
-            cfg, problems, int(cfg.eval.k), seed=derive_seed(int(cfg.seed), "eval") % (2**31))
+        result = evaluate_problems(backend.runner, cfg, problems, int(cfg.eval.k),
+                                   seed=derive_seed(int(cfg.seed), "eval") % (2**31))
         result["wall_s"] = time.perf_counter() - t0
     finally:
-        engine.close()
+        backend.close()
     result.update({"experiment": str(cfg.experiment), "split": str(cfg.eval.split),
                    "checkpoint": str(ckpt) if ckpt else "", "model": str(cfg.model.path),
                    "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)})

@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 from pettingllms.config import validate
 from pettingllms.envs.base import MultiAgentEnv, StepResult
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine
+from pettingllms.rollout.engines.weights import WeightUpdate
 
 EOS_ID = 0
 
@@ -76,8 +77,8 @@ class ScriptedEngine(RolloutEngine):
         self.outputs.append(copy.deepcopy(result))
         return result
 
-    def load_weights(self, policy: str, weights: Mapping[str, Any]) -> None:
-        self.loaded.append((policy, weights))
+    def update_weights(self, update: WeightUpdate) -> None:
+        self.loaded.append((update.policy, update.tensors))
 
 
 _INT = re.compile(r"\s*(-?\d+)\s*")

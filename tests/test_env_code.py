@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 from pettingllms.config import EnvConfig
 from pettingllms.envs import make_env
-from pettingllms.envs.code.data import build
+from pettingllms.envs.code.data import (build, humaneval_rows, verify_function_rows,
+                                        verify_io_rows)
 from pettingllms.envs.code.parsing import extract_code, extract_io_tests, humaneval_tests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,8 @@ def _rows(folder: Path) -> list[dict]:
 def test_build_is_deterministic_and_rows_are_sound(built):
     out, kw, report = built
     assert report["humaneval"] == 4 and report["codeio"] == 2 and report["online"] is False
+    assert report["humaneval_kept"] == 4 and report["humaneval_verify"]["dropped_rows"] == []
+    assert report["codeio_verify"]["dropped_rows"] == []
     report_b = build(out / "b", **kw)
     for split in ("train", "test"):
         a = pd.read_parquet(out / "a" / f"{split}.parquet")
@@ -145,7 +148,8 @@ def test_garbage_tester_output_scores_zero():
     env.reset(ADD_PROBLEM, seed=0)
     env.step("coder", GOOD_ADD)
     for junk in ["", "assert", "```python\nassert add(1, 1) == 3\n```", "y" * 100_000,
-                 "```python\nimport os\nos._exit(0)\n```"]:
+                 "```python\nimport os\nos._exit(0)\n```", "```python\nassert True\n```",
+                 "```python\nx = 2\nassert x + 2 == 4, 'add(2, 2)'\n```"]:
         r = env.step("tester", junk)
         assert r.local_reward == 0.0, junk[:40]
         assert not env.agreed
@@ -195,3 +199,87 @@ def test_parsing_is_robust():
                             "f")
     assert tests == ["candidate = f\nimport math\nassert candidate(1) == 1",
                      "candidate = f\nimport math\nx = 2\nassert candidate(x)"]
+
+
+def test_hidden_tests_that_never_touch_the_function_are_dropped():
+    suite = ("def check(candidate):\n"
+             "    assert True, 'This prints if this assert fails 1 (good for debugging!)'\n"
+             "    assert candidate(1) == 2\n"
+             "    out = candidate(2)\n"
+             "    expected = 3\n"
+             "    assert out == expected\n"
+             "    assert expected == 3\n"
+             "    def helper(x):\n"
+             "        return candidate(x) + 1\n"
+             "    assert helper(1) == 3\n"
+             "    assert abs(1 - 1) < 1e-6\n")
+    tests = humaneval_tests(suite, "inc")
+    assert [t.splitlines()[-1] for t in tests] == [
+        "assert candidate(1) == 2", "assert out == expected", "assert helper(1) == 3"]
+    rows = humaneval_rows()  # the real package: its 48 `assert True` lines are gone
+    assert len(rows) == 164
+    assert not any(t.splitlines()[-1].startswith("assert True") for r in rows
+                   for t in r["tests"])
+
+
+def test_verification_keeps_tests_the_reference_passes_and_a_no_op_fails():
+    starter = "def first(xs):\n    \"\"\"First item, or None for an empty list.\"\"\"\n"
+    row = {"id": "unit/first", "kind": "function", "entry_point": "first", "starter": starter,
+           "reference": starter + "    return xs[0] if xs else None\n",
+           "tests": ["assert first([4, 5]) == 4",
+                     "assert first([]) is None",  # a no-op passes it: gameable, dropped
+                     "assert first([1]) == 2"]}  # the reference fails it: dropped
+    useless = {**row, "id": "unit/useless", "tests": ["assert first([]) is None"]}
+    rows = [row, useless]
+    report = verify_function_rows(rows)
+    assert report == {"ref_failed_tests": 1, "noop_passed_tests": 2,
+                      "dropped_rows": ["unit/useless"]}
+    assert [r["id"] for r in rows] == ["unit/first"]
+    assert rows[0]["tests"] == ["assert first([4, 5]) == 4"]
+    io = [{"id": "io/a", "kind": "io", "reference": "print(input())",
+           "tests": [{"input": "x\n", "output": "x"}, {"input": "\n", "output": " \n"}]},
+          {"id": "io/b", "kind": "io", "reference": "print(1)",
+           "tests": [{"input": "\n", "output": "2"}]}]
+    report = verify_io_rows(io, run_reference=True)
+    assert report == {"silent_passed_tests": 1, "ref_failed_tests": 1, "dropped_rows": ["io/b"]}
+    assert io[0]["tests"] == [{"input": "x\n", "output": "x"}]
+
+
+@pytest.mark.slow
+def test_doing_nothing_scores_zero_on_every_humaneval_problem():
+    """The whole HumanEval build (references and no-op checked in the sandbox), then
+    `x = 1` and `pass` scored by the env on all 164 problems (about 4,300 sandbox runs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = humaneval_rows()
+    report = verify_function_rows(rows)
+    assert report["ref_failed_tests"] == 0 and report["dropped_rows"] == [], report
+    assert len(rows) == 164
+
+    def score(row):
+        env = make_env("code", test_wall_s=5.0)
+        env.reset(row, seed=0)
+        return {code: env.hidden_ratio(code) for code in ("x = 1", "pass")}
+
+    with ThreadPoolExecutor(4) as pool:
+        scores = list(pool.map(score, rows))
+    gamed = {r["id"]: s for r, s in zip(rows, scores) if any(s.values())}
+    assert gamed == {}
+
+
+def test_a_refusing_sandbox_stops_the_build_instead_of_emptying_it(monkeypatch):
+    from pettingllms.config import ConfigError
+    from pettingllms.sandbox import configure_sandbox, isolation
+
+    monkeypatch.setenv("PETTINGLLMS_SANDBOX", "subprocess")
+    monkeypatch.delenv("PETTINGLLMS_SANDBOX_ALLOW_WEAK", raising=False)
+    monkeypatch.setattr(isolation, "probe_confinement",
+                        lambda *a, **k: ("", "Landlock unavailable (simulated)"))
+    configure_sandbox(None)
+    isolation.reset_backend()
+    try:
+        row = {**ADD_PROBLEM, "tests": json.loads(ADD_PROBLEM["tests"])}
+        with pytest.raises(ConfigError, match="sandbox.allow_weak=true"):
+            verify_function_rows([row])
+    finally:
+        isolation.reset_backend()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -205,3 +206,25 @@ def test_judge_works_from_worker_threads():
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         assert list(pool.map(episode, range(4))) == [(True, 1.0)] * 4
+
+
+def test_judge_exceptions_are_counted_and_logged_once_per_kind(monkeypatch, caplog):
+    from pettingllms.envs.math import verify
+
+    def broken(s):
+        raise (RecursionError if "y" in s else TypeError)("sympy fell over")
+    monkeypatch.setattr(verify, "_parse", broken)  # the seam math-verify is called through
+    before = verify.judge_counts()
+    with caplog.at_level(logging.WARNING, logger="pettingllms.envs.math.verify"):
+        results = [answers_equal("x+1", "x + 2"), answers_equal("x+1", "x+3"),
+                   answers_equal("y", "y^2"), answers_equal("7", "7.0")]  # last: fast path
+    assert results == [False, False, False, True]
+    after = verify.judge_counts()
+    assert after["errors/TypeError"] - before.get("errors/TypeError", 0) == 2
+    assert after["errors/RecursionError"] - before.get("errors/RecursionError", 0) == 1
+    logged = [r.getMessage() for r in caplog.records if "math judge" in r.getMessage()]
+    if not before:  # each kind is logged the first time this process sees it
+        assert len(logged) == 2 and "judge/errors/TypeError" in logged[0]
+    else:
+        assert len(logged) == sum(1 for k in ("errors/TypeError", "errors/RecursionError")
+                                  if k not in before)

@@ -121,3 +121,20 @@ def test_load_math_cli(tmp_path, capsys):
     assert report["preset"] == "math_easy" and report["seed"] == 2
     assert (out / "train.parquet").exists() and (out / "test.parquet").exists()
     assert cli.main(["--offline", "--sources", "nope", "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_the_chosen_sources_are_reported(tmp_path, caplog, monkeypatch):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="pettingllms.envs.math.data"):
+        data.build(tmp_path / "math_easy", seed=0, offline=True)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert (logging.INFO, "math dataset (math_easy preset): building offline (offline "
+            "requested)") in lines
+    assert any(m.startswith("math dataset: easy from seeded arithmetic") for _, m in lines)
+    caplog.clear()  # a hub that does not answer is a fallback the user should notice
+    monkeypatch.setattr(data, "hub_available", lambda: (False, "hub not reachable (URLError)"))
+    with caplog.at_level(logging.INFO, logger="pettingllms.envs.math.data"):
+        data.build(tmp_path / "b" / "math_easy", seed=0)
+    assert (logging.WARNING, "math dataset (math_easy preset): building offline (hub not "
+            "reachable (URLError))") in [(r.levelno, r.getMessage()) for r in caplog.records]

@@ -262,3 +262,20 @@ def test_per_policy_learning_rates_apply():
     ps = build_policies(cfg, AGENTS)
     assert ps.workers["tool"].optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)
     assert ps.workers["reasoner"].optimizer.param_groups[0]["lr"] == pytest.approx(0.5)
+
+
+def test_a_skipped_tokenizer_save_is_reported(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from pettingllms.utils import models
+
+    worker = build_policies(make_cfg(), ["solo"]).workers["shared"]
+
+    def no_tokenizer(path, *a, **k):
+        raise OSError(f"{path} has no tokenizer files")
+    monkeypatch.setattr(models, "load_tokenizer", no_tokenizer)
+    with caplog.at_level(logging.WARNING, logger="pettingllms.policies.worker"):
+        worker.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "policy.json").exists()  # the weights are saved anyway
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 1 and "no tokenizer saved" in lines[0] and "OSError" in lines[0]

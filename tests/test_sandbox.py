@@ -1,8 +1,9 @@
 """Hostile programs are contained and reported, and the host is unharmed.
 
 Every hostile test runs on the detected backend (bubblewrap where it works) and on the
-forced rlimit fallback (PETTINGLLMS_SANDBOX=subprocess); network isolation is only
-claimed, and so only tested, for bwrap.
+forced fallback (PETTINGLLMS_SANDBOX=subprocess), which Landlock + seccomp confine where
+the kernel has them; tests/test_sandbox_weak.py covers the fallback's own promises:
+containment there, refusal where the kernel offers nothing.
 """
 from __future__ import annotations
 
@@ -111,8 +112,8 @@ for path in ['/proc/self/environ', '/proc/1/environ'] + ([f'/proc/{host}/environ
 
 
 def test_network_connection_is_blocked(backend):
-    if backend.kind != "bwrap":
-        pytest.skip("the subprocess fallback does not isolate the network (documented)")
+    if not backend.contained:
+        pytest.skip(f"this kernel offers no containment without bwrap: {backend.why_weak}")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -126,7 +127,10 @@ try:
     print('CONNECTED')
 except OSError as e:
     print('blocked', type(e).__name__)
-print('interfaces', [n for _, n in socket.if_nameindex()])
+try:
+    print('interfaces', [n for _, n in socket.if_nameindex()])
+except OSError as e:  # seccomp denies the netlink socket it needs
+    print('interfaces denied', type(e).__name__)
 """
     try:
         r = run_python(prog, "", FAST)
@@ -135,7 +139,10 @@ print('interfaces', [n for _, n in socket.if_nameindex()])
     finally:
         server.close()
     assert "CONNECTED" not in r.stdout and "blocked" in r.stdout, r
-    assert "interfaces ['lo']" in r.stdout
+    if backend.kind == "bwrap":
+        assert "interfaces ['lo']" in r.stdout
+    else:
+        assert "interfaces denied PermissionError" in r.stdout
 
 
 def test_infinite_loop_is_stopped(backend):

@@ -181,3 +181,10 @@ def test_evaluate_a_checkpoint_writes_json_and_table(two_step_run, capsys):
     assert "avg@k" in printed and "alpha" in printed and "ALL" in printed
     with pytest.raises(ConfigError, match="not a complete checkpoint"):
         evaluate.run_evaluation(trainer_cfg(run_dir.parents[2], f"eval.checkpoint={run_dir / 'trajectories'}"))
+
+
+def test_sandbox_and_judge_errors_are_step_metrics(two_step_run):
+    _, history, _, _ = two_step_run
+    for row in history:  # the vowel env runs no programs and asks no judge
+        assert row["sandbox/runs"] == 0.0 and row["sandbox/errors"] == 0.0
+        assert row["judge/errors"] == 0.0

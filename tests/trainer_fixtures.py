@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
 from pettingllms.cli.config_loading import load_config
 from pettingllms.envs.base import ENV_REGISTRY, MultiAgentEnv, StepResult, register_env
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine
+from pettingllms.rollout.engines.weights import WeightUpdate
 
 ENV_NAME = "test_vowels"
 
@@ -105,5 +106,5 @@ class RandomTokenEngine(RolloutEngine):
             out.append(comps)
         return out
 
-    def load_weights(self, policy: str, weights: Mapping[str, Any]) -> None:
-        self.loaded.append(policy)
+    def update_weights(self, update: WeightUpdate) -> None:
+        self.loaded.append(update.policy)

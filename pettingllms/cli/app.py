@@ -193,20 +193,18 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
 
     first = cfgs[0]
     experiment_dir = Path(first.trainer.output_dir) / str(first.experiment)
+    key = "hydra.sweep.dir" if cmd.multirun else "hydra.run.dir"
     out: list[str] = []
-    if kind == "eval":
-        root = fresh_dir(experiment_dir / "eval")
-    elif cmd.multirun:  # each job checks its own numbered folder (resume or refuse to overwrite)
-        root = experiment_dir / first.trainer.run_name if first.trainer.run_name else fresh_dir(experiment_dir)
-    else:
-        root = resolve_run(first)[0]
-    if cmd.multirun:
-        if not _user_set(cmd.overrides, "hydra.sweep.dir"):
-            out.append(f"hydra.sweep.dir={_quote(root)}")
-        if not _user_set(cmd.overrides, "hydra.sweep.subdir"):
-            out.append("hydra.sweep.subdir=${hydra.job.num}")
-    elif not _user_set(cmd.overrides, "hydra.run.dir"):
-        out.append(f"hydra.run.dir={_quote(root)}")
+    if not _user_set(cmd.overrides, key):
+        if kind == "eval":
+            root = fresh_dir(experiment_dir / "eval")
+        elif cmd.multirun:  # each job checks its own numbered folder (resume or refuse to overwrite)
+            root = experiment_dir / first.trainer.run_name if first.trainer.run_name else fresh_dir(experiment_dir)
+        else:
+            root = resolve_run(first)[0]
+        out.append(f"{key}={_quote(root)}")
+    if cmd.multirun and not _user_set(cmd.overrides, "hydra.sweep.subdir"):
+        out.append("hydra.sweep.subdir=${hydra.job.num}")
     return out
 
 

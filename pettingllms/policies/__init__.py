@@ -4,7 +4,7 @@
     policies.agent_policy          # {"tool": "shared", "reasoner": "shared"}
     policies.set_step(step)        # apply trainer.phases (freeze / unfreeze)
     metrics = policies.update(samples, step)   # routes each sample to its agent's policy
-    for name, w in policies.workers.items(): engine.load_weights(name, w.generation_weights())
+    for name, w in policies.workers.items(): engine.update_weights(w.weight_update())
     policies.release()             # offload idle policies (policy.offload: true)
 """
 from __future__ import annotations

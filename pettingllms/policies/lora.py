@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from pettingllms.config import LoraConfig
+from pettingllms.rollout.engines.weights import lora_delta, plain_peft_config
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -77,11 +78,8 @@ class SharedLoraBase:
                 continue
             w = mod.get_base_layer().weight
             if name in mod.lora_A:
-                a = mod.lora_A[name].weight.detach().float()
-                b = mod.lora_B[name].weight.detach().float()
-                delta = (b @ a) * float(mod.scaling[name])
-                if getattr(mod, "fan_in_fan_out", False):
-                    delta = delta.T
+                delta = lora_delta(mod.lora_A[name].weight, mod.lora_B[name].weight, float(mod.scaling[name]),
+                                   bool(getattr(mod, "fan_in_fan_out", False)))
                 merged[f"{mod_name}.weight"] = (w.detach().float() + delta).to(dtype)
         out: dict[str, Tensor] = {}
         for key, value in base.state_dict().items():
@@ -90,6 +88,13 @@ class SharedLoraBase:
             plain = key.replace(".base_layer.", ".")
             out[plain] = merged.get(plain, value.detach().to(dtype) if value.is_floating_point() else value)
         return out
+
+    def adapter_state(self, name: str) -> tuple[dict[str, Tensor], dict]:
+        """Adapter `name` as peft saves it: (state dict, adapter_config.json content)."""
+        from peft import get_peft_model_state_dict
+        sd = get_peft_model_state_dict(self.peft_model, adapter_name=name, save_embedding_layers=False)
+        tensors = {k: v.detach().clone().cpu() for k, v in sd.items()}
+        return tensors, plain_peft_config(self.peft_model.peft_config[name])
 
     def save_adapter(self, name: str, folder: Path) -> None:
         """A standard peft adapter folder for this one adapter (loadable by PeftModel.from_pretrained)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import math
 import shutil
 import tempfile
@@ -31,7 +32,10 @@ from pettingllms.policies.logprobs import pack, response_logprobs
 from pettingllms.policies.lora import SharedLoraBase
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.records import Sample
+from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
 from pettingllms.utils.models import load_causal_lm, torch_dtype
+
+log = logging.getLogger(__name__)
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -320,13 +324,23 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------- weights
     @torch.no_grad()
+    def weight_update(self) -> WeightUpdate:
+        """What the engine needs after an update: the adapter only (LoRA) or every weight in the
+        generation dtype (full fine-tuning)."""
+        self._ensure_loaded()
+        if self.spec.is_lora:
+            tensors, config = self._lora_base.adapter_state(self.name)
+            return WeightUpdate(self.name, "lora", tensors, config, version=self.updates)
+        return WeightUpdate(self.name, "full", to_dtype(self.model.state_dict(), self.dtype), version=self.updates)
+
+    @torch.no_grad()
     def generation_weights(self) -> dict[str, Tensor]:
-        """Full merged weights (HF names) in the generation dtype, for engine.load_weights."""
+        """Full merged weights (HF names) in the generation dtype: for export and checks; weight
+        sync uses `weight_update()`."""
         self._ensure_loaded()
         if self.spec.is_lora:
             return self._lora_base.merged_weights(self.name, self.dtype)
-        return {k: (v.detach().to(self.dtype).clone() if v.is_floating_point() else v.clone())
-                for k, v in self.model.state_dict().items()}
+        return to_dtype(self.model.state_dict(), self.dtype)
 
     def trainable_state(self) -> dict[str, Tensor]:
         """The weights this policy trains (adapter or full model), detached copies."""
@@ -345,8 +359,11 @@ class PolicyWorker:
             try:
                 from pettingllms.utils.models import load_tokenizer
                 load_tokenizer(self.spec.base).save_pretrained(str(Path(folder) / "model"))
-            except Exception:  # a base without a tokenizer still checkpoints its weights
-                pass
+            except Exception as e:  # noqa: BLE001 - the weights are saved all the same
+                log.warning("policy %s: no tokenizer saved in %s (loading the tokenizer of %s "
+                            "failed: %s: %s); the folder holds the weights but is not a "
+                            "complete HF model folder", self.name, Path(folder) / "model",
+                            self.spec.base, type(e).__name__, str(e)[:200])
 
     def load(self, folder: str | Path) -> None:
         folder = Path(folder)

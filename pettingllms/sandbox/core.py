@@ -14,10 +14,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
-from pettingllms.sandbox import isolation
+from pettingllms.sandbox import confine, isolation
 
 
 @dataclass
@@ -37,7 +39,7 @@ class SandboxResult:
     exit_code: int | None  # negative: killed by that signal; None: never started
     timed_out: bool  # wall or CPU time limit hit
     error: str | None  # why it was stopped: timeout, cpu_time, memory, output_limit,
-    #                    file_size, process_limit, signal:<NAME>, sandbox_error: ...
+    #                    file_size, process_limit, signal:<NAME>, refused: ..., sandbox_error: ...
     wall_s: float
 
     @property
@@ -146,12 +148,57 @@ def _classify(exit_code: int | None, stderr: str, timed_out: bool, over: bool) -
     return None  # ordinary failure (exception, sys.exit(n)): exit_code says it
 
 
+# --- error counts (process-wide; the trainer turns differences into per-step metrics) -----
+
+_counts: Counter = Counter()
+_counts_lock = threading.Lock()
+
+
+def error_kind(error: str | None) -> str | None:
+    """A SandboxResult.error as a metric name: timeout, memory, output_limit, file_size,
+    process_limit, crash (killed by a signal), refused, internal (the sandbox failed)."""
+    if not error:
+        return None
+    head = error.split(":", 1)[0]
+    return {"cpu_time": "timeout", "signal": "crash", "sandbox_error": "internal"}.get(head, head)
+
+
+def sandbox_counts() -> dict[str, int]:
+    """{"runs": n, "errors/<kind>": m, ...} since the process started."""
+    with _counts_lock:
+        return dict(_counts)
+
+
+def _count(result: SandboxResult) -> SandboxResult:
+    kind = error_kind(result.error)
+    with _counts_lock:
+        _counts["runs"] += 1
+        if kind:
+            _counts[f"errors/{kind}"] += 1
+    return result
+
+
 def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run `code` as a Python program in the sandbox; never raises for bad programs."""
+    """Run `code` as a Python program in the sandbox; never raises for bad programs.
+
+    Where the sandbox cannot contain it (see `isolation.refusal`) the program does not run:
+    the result has error "refused: ..." (and exit_code None)."""
+    try:
+        backend = isolation.detect_backend()
+        refused = isolation.refusal(backend)
+    except Exception as e:  # noqa: BLE001 - a sandbox problem must not crash the caller
+        return _count(SandboxResult("", "", None, False, f"sandbox_error: {e}", 0.0))
+    if refused:
+        return _count(SandboxResult("", refused, None, False, "refused: " + refused, 0.0))
+    return _count(run_with(backend, code, stdin, limits))
+
+
+def run_with(backend: isolation.Backend, code: str, stdin: str = "",
+             limits: SandboxLimits | None = None) -> SandboxResult:
+    """Run on the given backend (run_python's body; the confinement probe calls it)."""
     limits = limits or SandboxLimits()
     start = time.monotonic()
     try:
-        backend = isolation.detect_backend()
         code_bytes = code.encode("utf-8", errors="replace")
         stdin_bytes = (stdin or "").encode("utf-8", errors="replace")
     except Exception as e:  # noqa: BLE001 - a sandbox problem must not crash the caller
@@ -176,6 +223,9 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
             env = {"PATH": isolation.MIN_PATH}
         else:
             cmd, cwd = [backend.python, "-I", prog], work
+            if backend.confinement:  # Landlock + seccomp, applied by a launcher before exec
+                cmd = confine.launcher_args(backend.python, prog,
+                                            isolation.confined_read_paths(backend.python), work)
             if not backend.separate_uid and shutil.which("timeout"):
                 # same uid as us: put a process between us and the program, so
                 # os.kill(os.getppid(), ...) hits `timeout`, not the caller
@@ -201,6 +251,9 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
         if exit_code == -signal.SIGKILL and not (timed_out or over):
             timed_out = _cpu_exhausted(limits, start)  # hard CPU limit sends SIGKILL
         error = _classify(exit_code, stderr, timed_out, over)
+        if exit_code == confine.CONFINE_FAILED_EXIT and confine.FAILED_TAG in stderr:
+            error = "sandbox_error: confinement failed: " + stderr.split(
+                confine.FAILED_TAG, 1)[1].strip()[:300]
         if exit_code in (-signal.SIGXCPU,) or error == "cpu_time":
             timed_out, error = True, "cpu_time"
         if timed_out or over:

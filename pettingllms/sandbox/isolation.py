@@ -5,7 +5,10 @@ Two backends:
               /usr (read-only), a fresh size-limited tmpfs as cwd and /tmp, /proc of its
               own pid namespace. No network interface but loopback.
   subprocess  fallback when bwrap is missing or broken: `python -I` in a new session with
-              rlimits, cwd a fresh host temp dir. Weaker (see `Backend.weaker`).
+              rlimits, cwd a fresh host temp dir, confined by Landlock (files) and seccomp
+              (sockets) where the kernel has them (see `confine.py`). Without them it is
+              not contained at all: untrusted code is then refused unless the user allows
+              it (`sandbox.allow_weak=true`). What stays weaker is `Backend.weaker`.
 
 When we run as root, every program also runs under its own unprivileged uid taken from
 a small range and leased with a file lock, so RLIMIT_NPROC is really enforced (the kernel
@@ -45,6 +48,13 @@ class Backend:
     separate_uid: bool  # programs run under a leased unprivileged uid
     weaker: list[str] = field(default_factory=list)  # what is weaker than the full sandbox
     prlimit: str | None = None  # path of util-linux prlimit, used to set rlimits without preexec_fn
+    confinement: str = ""  # subprocess backend: e.g. "Landlock ABI 7 + seccomp"; "" = none
+    why_weak: str = ""  # subprocess backend: why neither bwrap nor confinement is in use
+
+    @property
+    def contained(self) -> bool:
+        """Files and sockets are fenced in (bwrap, or Landlock + seccomp)."""
+        return self.kind == "bwrap" or bool(self.confinement)
 
 
 def _sandbox_python() -> str:
@@ -224,6 +234,126 @@ def _probe_bwrap(python: str, prlimit: str | None, separate_uid: bool) -> str | 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def confined_read_paths(python: str) -> list[str]:
+    """What a confined program may read and execute: the folders bwrap binds read-only."""
+    paths = [p for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+             if os.path.exists(p)]
+    prefix = _python_prefix(python)
+    return paths + ([prefix] if prefix != "/usr" else [])
+
+
+_PROBE = """
+import os, socket
+out = []
+try:
+    open({outside!r}, 'w').write('x')
+    out.append('wrote outside')
+except OSError:
+    pass
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    out.append('opened a socket')
+except OSError:
+    pass
+open('inside.txt', 'w').write('x')
+print(' and '.join(out) or 'contained')
+"""
+
+
+def probe_confinement(python: str, prlimit: str | None, separate_uid: bool
+                      ) -> tuple[str, str | None]:
+    """(description, None) when Landlock + seccomp contain a test program here, else
+    ("", why not). Tests replace this function to simulate a kernel without them."""
+    from pettingllms.sandbox import confine
+    from pettingllms.sandbox.core import SandboxLimits, run_with
+
+    abi = confine.landlock_abi()
+    if abi < 1:
+        return "", "the kernel has no Landlock (or it is disabled)"
+    why = confine.seccomp_arch()
+    if why:
+        return "", f"seccomp: {why}"
+    desc = f"Landlock ABI {abi} + seccomp"
+    trial = Backend("subprocess", python, separate_uid, prlimit=prlimit, confinement=desc)
+    import tempfile
+    outside = tempfile.mkdtemp(prefix="pllm-probe-")
+    try:
+        os.chmod(outside, 0o777)  # writable for any uid: only Landlock can stop the write
+        code = _PROBE.format(outside=os.path.join(outside, "escape.txt"))
+        r = run_with(trial, code, "", SandboxLimits(wall_s=20.0, cpu_s=10.0))
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+    if r.stdout.strip() != "contained":
+        return "", f"confinement probe failed: {(r.error or r.stdout or r.stderr).strip()[:300]}"
+    return desc, None
+
+
+def _weaker(is_root: bool, confinement: str, abi: int) -> list[str]:
+    """Exactly what the subprocess backend leaves exposed compared with bwrap."""
+    if confinement:
+        out = ["no pid namespace: host pids can be probed", "file metadata (stat) is "
+               "visible outside the readable folders", "no separate network namespace "
+               "(sockets are denied by seccomp instead)"]
+        if abi < 6:
+            out.append("signals to host processes are not blocked by Landlock (ABI < 6)")
+    else:
+        out = ["network: any TCP, UDP or UNIX socket the host can reach",
+               "files writable by the program's uid anywhere, /tmp and /var/tmp included",
+               "the host file system is readable where permissions allow",
+               "host processes are visible"]
+    if not is_root:
+        out += ["programs run as the calling user: the process limit is shared with it and "
+                "processes that leave the process group survive the run"]
+        if not confinement:
+            out += ["they can signal the user's processes, read their /proc/<pid>/environ "
+                    "and write the user's files"]
+    return out
+
+
+# --- the policy: refuse uncontained runs unless allowed ------------------------------------
+
+_allow_weak: bool | None = None
+_announced: set[str] = set()
+
+
+def configure(allow_weak: bool | None) -> None:
+    """Set `sandbox.allow_weak` for this process (None: the PETTINGLLMS_SANDBOX_ALLOW_WEAK
+    env var decides, so standalone scripts can opt in too)."""
+    global _allow_weak
+    _allow_weak = allow_weak
+
+
+def allow_weak() -> bool:
+    if _allow_weak is not None:
+        return bool(_allow_weak)
+    return os.environ.get("PETTINGLLMS_SANDBOX_ALLOW_WEAK", "").strip().lower() in (
+        "1", "true", "yes")
+
+
+def refusal(backend: Backend) -> str | None:
+    """Why untrusted code must not run on `backend` (None: it may). Says each reason once."""
+    if backend.contained:
+        return None
+    if allow_weak():
+        _say_once("allowed", logging.WARNING,
+                  "pettingllms sandbox: running untrusted code UNCONTAINED (sandbox.allow_weak="
+                  "true; %s); exposed: %s", backend.why_weak, "; ".join(backend.weaker))
+        return None
+    msg = (f"untrusted code refused: {backend.why_weak}; install bubblewrap, or set "
+           f"sandbox.allow_weak=true (env PETTINGLLMS_SANDBOX_ALLOW_WEAK=1) to run it "
+           f"exposing: {'; '.join(backend.weaker)}")
+    _say_once("refused", logging.ERROR, "pettingllms sandbox: %s", msg)
+    return msg
+
+
+def _say_once(key: str, level: int, fmt: str, *args) -> None:
+    with _backend_lock:
+        if key in _announced:
+            return
+        _announced.add(key)
+    log.log(level, fmt, *args)
+
+
 def detect_backend() -> Backend:
     """Pick the strongest backend that works here (once per process).
 
@@ -253,17 +383,17 @@ def detect_backend() -> Backend:
                         _backend = Backend("bwrap", python, False, prlimit=prlimit, weaker=[
                             "process limit not enforced (bwrap only works as root here)"])
         if _backend is None:
-            weaker = ["network is NOT isolated", "the host filesystem is readable where "
-                      "permissions allow", "host processes are visible"]
-            if not is_root:
-                weaker += ["programs run as the calling user: the process limit is shared "
-                           "with it, and they can signal its processes and read their "
-                           "/proc/<pid>/environ", "files the user owns outside the temp dir "
-                           "are writable", "processes that leave the process group survive"]
-            _backend = Backend("subprocess", python, is_root, prlimit=prlimit, weaker=weaker)
-            log.warning("pettingllms sandbox: bubblewrap unavailable (%s); using the rlimit "
-                        "subprocess fallback, which is weaker: %s", why_not_bwrap,
-                        "; ".join(weaker))
+            from pettingllms.sandbox.confine import landlock_abi
+            confinement, why_not = probe_confinement(python, prlimit, is_root)
+            weaker = _weaker(is_root, confinement, landlock_abi() if confinement else 0)
+            why_weak = "" if confinement else f"no bubblewrap ({why_not_bwrap}) and no " \
+                f"Landlock/seccomp ({why_not})"
+            _backend = Backend("subprocess", python, is_root, prlimit=prlimit, weaker=weaker,
+                               confinement=confinement, why_weak=why_weak)
+            if confinement:
+                log.warning("pettingllms sandbox: bubblewrap unavailable (%s); using the "
+                            "subprocess backend confined by %s, weaker than bwrap in: %s",
+                            why_not_bwrap, confinement, "; ".join(weaker))
         elif _backend.weaker:
             log.warning("pettingllms sandbox: bwrap backend is weaker here: %s",
                         "; ".join(_backend.weaker))
@@ -275,3 +405,4 @@ def reset_backend() -> None:
     global _backend
     with _backend_lock:
         _backend = None
+        _announced.clear()

@@ -1,8 +1,6 @@
 """Building the pieces a run needs from its config: env factory, data, policies, engine.
 
-Shared by the trainer and `pettingllms.evaluate`. Everything here talks to the
-engine and the policies only through their plain-data interfaces, so another
-backend (Ray actors, verl workers, a vLLM server) can stand in for them.
+Shared by the trainer, the backends (trainer/backends/) and `pettingllms.evaluate`.
 """
 from __future__ import annotations
 
@@ -12,14 +10,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from pettingllms.config import ConfigError
 
-BACKENDS_AVAILABLE = ("local",)
-
-
-def check_backend(cfg: DictConfig) -> None:
-    backend = str(cfg.trainer.backend)
-    if backend not in BACKENDS_AVAILABLE:
-        raise ConfigError(f"trainer.backend={backend} is not available yet; use trainer.backend=local")
-
 
 def data_name(cfg: DictConfig) -> str:
     return str(cfg.env.data or cfg.env.name)
@@ -28,7 +18,11 @@ def data_name(cfg: DictConfig) -> str:
 def make_env_factory(cfg: DictConfig) -> Callable[[], Any]:
     """A zero-argument env constructor; bad env options fail once, here, as a ConfigError."""
     from pettingllms.envs import make_env
+    from pettingllms.sandbox import configure_sandbox, sandbox_backend, sandbox_refusal
 
+    # say in the run's first lines how env code will run (or that it will be refused)
+    configure_sandbox(bool(cfg.sandbox.allow_weak))
+    sandbox_refusal(sandbox_backend())
     name = str(cfg.env.name)
     options = OmegaConf.to_container(cfg.env.options, resolve=True) or {}
     max_turns = int(cfg.env.max_turns)
@@ -66,11 +60,6 @@ def load_problems(cfg: DictConfig, split: str, limit: int | None = None) -> list
                           f"and no module {e.name} to build it; set env.data") from None
 
 
-def build_policy_set(cfg: DictConfig, agents: list[str]) -> Any:
-    from pettingllms.policies import build_policies
-    return build_policies(cfg, agents)
-
-
 def policy_bases(policy_set: Any) -> dict[str, str]:
     """policy name -> base model path, for the engine."""
     out = {}
@@ -87,19 +76,3 @@ def build_rollout_engine(cfg: DictConfig, bases: dict[str, str]) -> Any:
         return build_engine(cfg, bases)
     except NotImplementedError as e:  # a backend that is declared but not built yet
         raise ConfigError(str(e)) from None
-
-
-def make_rollout(engine: Any, env_factory: Callable[[], Any], agent_policy: dict[str, str],
-                 cfg: DictConfig) -> Any:
-    from pettingllms.rollout.runner import Rollout
-    return Rollout(engine, env_factory, agent_policy, cfg)
-
-
-def push_weights(engine: Any, workers: dict[str, Any], names: list[str] | None = None) -> None:
-    """Give the engine each named policy's current weights, then let idle policies offload."""
-    for name in names if names is not None else list(workers):
-        worker = workers[name]
-        engine.load_weights(name, worker.generation_weights())
-        release = getattr(worker, "release", None)
-        if release is not None:
-            release()

@@ -1,11 +1,12 @@
-"""The local trainer loop: engine and policy workers in this process.
+"""The trainer loop, one implementation for every backend (trainer/backends/: where engines,
+env workers and policy workers live).
 
 One step:
     problems  <- seeded data order (position saved in checkpoints)
-    batch     <- Rollout.run(problems, seed=derive_seed(seed, "rollout", step))
+    batch     <- backend runner .run(problems, seed=derive_seed(seed, "rollout", step))
     advantages on every sample (algorithm config)
     for each policy trainable at this step: worker.update(its agents' samples)
-    engine.load_weights(policy, worker.generation_weights()) for updated policies
+    backend.sync_weights(updated policies)   (adapter tensors for LoRA, full weights otherwise)
     metrics, trajectories, validation (val_freq), checkpoint (save_freq)
 Steps are numbered from 1; a checkpoint at step N holds the state after N steps.
 """
@@ -21,14 +22,17 @@ import torch
 from omegaconf import DictConfig
 
 from pettingllms.config import ConfigError
+from pettingllms.envs.math.verify import judge_counts
+from pettingllms.sandbox import sandbox_counts
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
 from pettingllms.trainer.loggers import check_loggers
-from pettingllms.trainer.metrics import batch_metrics, policy_metrics, timing_sum
+from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_metrics,
+                                         sandbox_warning, timing_sum)
 from pettingllms.trainer.outputs import RunOutputs, resolve_run
-from pettingllms.trainer.timing import Stopwatch, TimedEngine
+from pettingllms.trainer.timing import Stopwatch
 from pettingllms.utils.seeding import derive_seed, restore_rng_state, set_seed
 
 log = logging.getLogger(__name__)
@@ -57,11 +61,12 @@ def check_phases(cfg: DictConfig, names: list[str]) -> None:
 
 
 class LocalTrainer:
-    """`engine` replaces the configured one (tests, or an engine living elsewhere); `run_dir`
-    is the run folder the command line chose (default: see outputs.resolve_run)."""
+    """`engine` replaces the configured one (tests, or an engine living elsewhere; backend=local);
+    `run_dir` is the run folder the command line chose (default: see outputs.resolve_run)."""
 
     def __init__(self, cfg: DictConfig, engine: Any = None, run_dir: Path | None = None) -> None:
-        comp.check_backend(cfg)
+        from pettingllms.trainer.backends import make_backend
+
         check_loggers(cfg)
         self.cfg = cfg
         tr = cfg.trainer
@@ -75,14 +80,13 @@ class LocalTrainer:
         self.agents = list(self.env_factory().agents)
         self.problems = comp.load_problems(cfg, "train", cfg.env.train_limit)
         self.order = DataOrder(len(self.problems), int(cfg.seed))
-        self.policies = comp.build_policy_set(cfg, self.agents)
+        self.backend = make_backend(cfg, self.env_factory, engine=engine)
+        self.policies = self.backend.build_policies(self.agents)
         self.workers: dict[str, Any] = dict(self.policies.workers)
         self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
         check_phases(cfg, list(self.workers))
-        if engine is None:
-            engine = comp.build_rollout_engine(cfg, comp.policy_bases(self.policies))
-        self.engine = TimedEngine(engine)
-        self.rollout = comp.make_rollout(self.engine, self.env_factory, self.agent_policy, cfg)
+        self.backend.start(comp.policy_bases(self.policies))
+        self.rollout = self.backend.runner(cfg)
 
         self.step = 0
         self.history: list[dict[str, Any]] = []
@@ -95,7 +99,7 @@ class LocalTrainer:
             self.history = [dict(m) for m in state.get("metrics", [])]
             rng_state = state["rng"]
             log.info("resuming %s from step %d", self.run_dir, self.step)
-        comp.push_weights(self.engine, self.workers)
+        self.backend.sync_weights()
         self._val_problems: list[dict[str, Any]] | None = None
         self.outputs = RunOutputs(self.run_dir, cfg, self.history,
                                   resume_step=self.step if resume_from is not None else None)
@@ -105,8 +109,9 @@ class LocalTrainer:
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, Any]:
         cfg, sw = self.cfg, Stopwatch()
-        self.engine.reset_counters()
+        self.backend.begin_step()
         t_step = time.perf_counter()
+        counts0 = (sandbox_counts(), judge_counts())
         problems = [self.problems[i] for i in self.order.next_indices(int(cfg.rollout.batch_size))]
         with sw.section("rollout"):
             batch = self.rollout.run(problems, seed=rollout_seed(cfg.seed, step), step=step)
@@ -122,17 +127,22 @@ class LocalTrainer:
             for name in updated:
                 reports[name] = self.workers[name].update(parts[name], step)
         with sw.section("sync"):
-            comp.push_weights(self.engine, self.workers, updated)
+            self.backend.sync_weights(updated)
         with sw.section("bookkeeping"):
             metrics: dict[str, Any] = {"step": step, "epoch": self.order.epoch,
                                        "data/consumed": self.order.consumed}
             metrics.update(batch_metrics(batch, self.agents))
             metrics.update(policy_metrics(reports))
             metrics["policies/trained"] = float(len(updated))
+            metrics.update(counter_delta(counts0[0], sandbox_counts(), "sandbox"))
+            metrics.update(counter_delta(counts0[1], judge_counts(), "judge"))
+            if (warning := sandbox_warning(metrics)) is not None:
+                log.warning("step %d: %s", step, warning)
             if cfg.trainer.save_trajectories:
                 self.outputs.write_trajectories(step, batch.episodes)
         step_s = time.perf_counter() - t_step
-        generate_s = self.engine.generate_s
+        gen = self.backend.generation_stats()
+        generate_s = gen.generate_s
         env_s = max(0.0, sw.get("rollout") - generate_s)  # env steps, sandbox, prompt building
         logprob_s = timing_sum(reports, "logprob_s")
         update_s = max(0.0, sw.get("update") - logprob_s)
@@ -141,7 +151,7 @@ class LocalTrainer:
             "timing/logprob_s": logprob_s, "timing/update_s": update_s,
             "timing/weight_sync_s": sw.get("sync"),
             "timing/other_s": max(0.0, step_s - generate_s - env_s - logprob_s - update_s),
-            "tokens/generated_per_s": self.engine.generated_tokens / generate_s if generate_s > 0 else 0.0,
+            "tokens/generated_per_s": gen.generated_tokens / generate_s if generate_s > 0 else 0.0,
         })
         return metrics
 
@@ -151,7 +161,7 @@ class LocalTrainer:
             limit = cfg.eval.limit if cfg.eval.limit is not None else cfg.env.test_limit
             self._val_problems = comp.load_problems(cfg, cfg.eval.split, limit)
         result = evaluate_problems(
-            lambda ecfg: comp.make_rollout(self.engine, self.env_factory, self.agent_policy, ecfg),
+            self.backend.runner,
             cfg, self._val_problems, int(cfg.eval.k), seed=derive_seed(int(cfg.seed), "val") % (2**31))
         return flat_metrics(result)
 
@@ -193,11 +203,7 @@ class LocalTrainer:
 
     def close(self) -> None:
         self.outputs.close()
-        self.engine.close()
-        for w in self.workers.values():
-            close = getattr(w, "close", None)
-            if close is not None:
-                close()
+        self.backend.close()
 
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> Path:

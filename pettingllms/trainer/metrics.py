@@ -8,6 +8,10 @@ Names (all floats unless noted):
   groups/count, groups/mixed_frac    share of groups whose rewards are not all equal
                                      (only those carry a learning signal)
   tokens/{prompt,response,response_mean}, samples/count, samples/truncated_frac
+  sandbox/runs, sandbox/errors, sandbox/errors/<kind>   programs run in the sandbox this
+                                     step and how many it stopped, by kind (timeout, memory,
+                                     crash, refused, ...; see sandbox.error_kind)
+  judge/errors, judge/errors/<kind>  math answers the judge failed on (counted "not equal")
   policy/<name>/<key>                what PolicyWorker.update returned
   train/<key>                        mean of policy/*/<key> over updated policies
 """
@@ -99,3 +103,24 @@ def timing_sum(reports: dict[str, dict[str, Any]], suffix: str) -> float:
             if k.endswith(suffix) and isinstance(v, (int, float)):
                 total += float(v)
     return total
+
+
+def counter_delta(before: dict[str, int], after: dict[str, int], prefix: str
+                  ) -> dict[str, float]:
+    """Per-step counts from two snapshots of a process-wide counter; `<prefix>/errors` is the
+    sum of the `errors/<kind>` entries."""
+    m = {f"{prefix}/{k}": float(after[k] - before.get(k, 0)) for k in after
+         if k == "runs" or after[k] != before.get(k, 0)}
+    m[f"{prefix}/errors"] = sum(v for k, v in m.items() if k.startswith(f"{prefix}/errors/"))
+    return m
+
+
+def sandbox_warning(m: dict[str, float]) -> str | None:
+    """A line to log when sandbox errors are more than half of this step's runs."""
+    runs, errors = m.get("sandbox/runs", 0.0), m.get("sandbox/errors", 0.0)
+    if runs <= 0 or errors * 2 <= runs:
+        return None
+    kinds = ", ".join(f"{k.rsplit('/', 1)[1]} {int(v)}" for k, v in sorted(m.items())
+                      if k.startswith("sandbox/errors/"))
+    return (f"{int(errors)} of {int(runs)} sandbox runs this step were stopped by the sandbox "
+            f"({kinds}); their rewards are zero, not the model's doing")

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine
+from pettingllms.rollout.engines.weights import WeightUpdate
 
 
 class TimedEngine(RolloutEngine):
@@ -24,9 +25,9 @@ class TimedEngine(RolloutEngine):
         self.generated_tokens += sum(len(c.response_ids) for cs in out for c in cs)
         return out
 
-    def load_weights(self, policy: str, weights: Mapping[str, Any]) -> None:
+    def update_weights(self, update: WeightUpdate) -> None:
         t0 = time.perf_counter()
-        self.inner.load_weights(policy, weights)
+        self.inner.update_weights(update)
         self.load_s += time.perf_counter() - t0
 
     def reset_counters(self) -> None:

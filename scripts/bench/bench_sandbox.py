@@ -35,7 +35,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
     backend = sandbox_backend()
-    print(f"backend={backend.kind} separate_uid={backend.separate_uid} python={backend.python}")
+    print(f"backend={backend.kind} separate_uid={backend.separate_uid} python={backend.python} "
+          f"confinement={backend.confinement or '-'}")
     limits = SandboxLimits(wall_s=10.0, cpu_s=5.0)
     rates = {w: measure(w, args.n, limits) for w in args.workers}
     for w, rate in rates.items():

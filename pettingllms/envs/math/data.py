@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from pettingllms.envs.math.verify import as_number, is_safe_to_parse
+
+log = logging.getLogger(__name__)
 
 PRESETS = {
     "math": {"online": ["gsm8k", "aime24", "aime25", "olympiadbench"],
@@ -309,6 +312,7 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
             continue
         train += tr
         test += te
+    _announce(report)
     # A gold answer the judge refuses to parse (see verify.is_safe_to_parse) could never
     # be matched: drop such rows rather than train on unwinnable problems.
     readable = [r for r in train + test if as_number(r["answer"]) is not None or is_safe_to_parse(r["answer"])]
@@ -333,6 +337,19 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
     report["rows"] = {split: _count(rows) for split, rows in (("train", train), ("test", test))}
     report["out_dir"] = str(out_dir)
     return report
+
+
+def _announce(report: dict) -> None:
+    """Say where the data came from where the user sees it: INFO per source used, WARNING
+    when the hub was wanted and not there, or a source was skipped."""
+    level = logging.WARNING if report["mode"] == "offline" and not report["why"].startswith(
+        ("offline requested", "HF_HUB_OFFLINE")) else logging.INFO
+    log.log(level, "math dataset (%s preset): building %s (%s)", report["preset"],
+            report["mode"], report["why"])
+    for name, where in report["used"].items():
+        log.info("math dataset: %s from %s", name, where)
+    for name, why in report["skipped"].items():
+        log.warning("math dataset: %s left out: %s", name, why)
 
 
 def _count(rows: Rows) -> dict[str, int]:

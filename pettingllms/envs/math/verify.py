@@ -11,6 +11,10 @@ Correctness is judged by math-verify (parse + verify), behind two guards:
   powers (``9^{9^9}`` takes minutes), and factorials / binomials of big literals.
   A refused answer is simply "not equal" (zero reward), never an exception.
 
+An exception inside math-verify / sympy also counts as "not equal", but not silently:
+each kind is logged once (WARNING) and counted (`judge_counts()`, the trainer's
+`judge/errors` metrics), so a judge that breaks on a whole dataset shows up.
+
 Extraction (reward shaping, documented in the env): the last ``\\boxed{...}`` wins;
 without one, and unless ``strict_boxed``, the last number in the text is the answer.
 """
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections import Counter
 from fractions import Fraction
 
 MAX_ANSWER_CHARS = 200  # longer "answers" are not answers; also bounds parser time
@@ -33,6 +39,27 @@ _INT_LITERAL = re.compile(r"\d+")
 
 # math-verify logs a warning the first time timeouts are disabled; we handle it here.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
+log = logging.getLogger(__name__)
+
+_errors: Counter = Counter()
+_errors_lock = threading.Lock()
+
+
+def judge_counts() -> dict[str, int]:
+    """{"errors/<exception type>": n} since the process started."""
+    with _errors_lock:
+        return dict(_errors)
+
+
+def _judge_error(e: Exception, gold: str, pred: str) -> None:
+    kind = type(e).__name__
+    with _errors_lock:
+        _errors[f"errors/{kind}"] += 1
+        first = _errors[f"errors/{kind}"] == 1
+    if first:
+        log.warning("math judge: math-verify raised %s (%s) on gold %r vs answer %r; counted "
+                    "as not equal (metric judge/errors/%s); later %s errors are only counted",
+                    kind, str(e)[:200], gold[:80], pred[:80], kind, kind)
 
 
 def extract_boxed(text: str) -> str | None:
@@ -176,7 +203,8 @@ def answers_equal(gold: str, pred: str) -> bool:
         if not parsed_gold or not parsed_pred:
             return False
         return bool(verify(parsed_gold, parsed_pred, timeout_seconds=None))
-    except Exception:  # math-verify / sympy internals on odd input: not equal
+    except Exception as e:  # noqa: BLE001 - math-verify / sympy internals on odd input
+        _judge_error(e, gold, pred)
         return False
 
 

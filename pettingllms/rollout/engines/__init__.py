@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
+from pettingllms.rollout.engines.weights import WeightUpdate
 
-__all__ = ["Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "build_engine",
+__all__ = ["Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "WeightUpdate", "build_engine",
            "engine_policies"]
 
 _HF_OPTIONS = {"device", "max_batch_size", "threads"}

@@ -3,7 +3,8 @@
 Every backend (in-process HF transformers, vLLM, an OpenAI-compatible server)
 implements `RolloutEngine`. Requests and completions are plain dataclasses
 (`to_dict`/`from_dict`), so an engine can live in another process (a Ray actor,
-a server) without the caller changing.
+a server) without the caller changing. Weight sync is one typed record per policy
+(`weights.WeightUpdate`: adapter tensors for LoRA, full weights for full fine-tuning).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from pettingllms.rollout.engines.weights import WeightUpdate
 
 
 @dataclass
@@ -68,8 +71,9 @@ class RolloutEngine(ABC):
         """Return, for each request in order, its `params.n` completions."""
 
     @abstractmethod
-    def load_weights(self, policy: str, weights: Mapping[str, Any]) -> None:
-        """Make subsequent generation for `policy` use these (full, merged) weights."""
+    def update_weights(self, update: WeightUpdate) -> None:
+        """Make subsequent generation for `update.policy` use its new weights: an adapter
+        (update.kind == "lora") over the policy's base, or a full set of weights ("full")."""
 
     def close(self) -> None:  # engines holding processes or servers release them here
         pass

@@ -12,8 +12,10 @@ Why a hand-written decode loop instead of `model.generate`:
     rounding of the batched forward pass).
 
 Policies that share a base model share one generation model. Each policy's weights that differ
-from the base (given by `load_weights`, full or partial state dicts, e.g. merged LoRA) are kept
-aside and copied into the shared model's tensors only when the active policy changes.
+from the base are kept aside and copied into the shared model's tensors only when the active
+policy changes. `update_weights` takes full weights as they are (`load_weights`, full or partial
+state dicts) and merges a LoRA adapter here, in fp32, into the base weights the model had before
+its first adapter update, so only adapter tensors cross the seam.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any, Mapping
 import torch
 
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine
+from pettingllms.rollout.engines.weights import WeightUpdate, lora_deltas
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
 
@@ -119,15 +122,37 @@ class HFEngine(RolloutEngine):
             for name, tensor in checked.items():
                 slot.params[name].copy_(tensor)
             return
-        for name in checked:  # first override of a tensor by any policy: live still holds base.
-            if name not in slot.base:  # (all snapshots before any copy: tied names share storage)
-                slot.base[name] = slot.params[name].detach().clone()
+        self._snapshot_base(slot, checked)  # all snapshots before any copy: tied names share storage
         own = self._overrides.setdefault(policy, {})
         for name, tensor in checked.items():
             live = slot.params[name]
             own[name] = tensor.to(dtype=live.dtype, device=live.device, copy=True)
             if slot.active == policy:
                 live.copy_(own[name])
+
+    @staticmethod
+    def _snapshot_base(slot: _ModelSlot, names: Any) -> None:
+        """Keep the base value of each tensor before its first override by any policy (until
+        then the live tensor still holds the base)."""
+        for name in names:
+            if name not in slot.base:
+                slot.base[name] = slot.params[name].detach().clone()
+
+    @torch.no_grad()
+    def update_weights(self, update: WeightUpdate) -> None:
+        if update.kind == "full":
+            self.load_weights(update.policy, update.tensors)
+            return
+        slot = self._slot(update.policy)
+        deltas = lora_deltas(update)
+        for name, delta in deltas.items():
+            if name not in slot.params or tuple(slot.params[name].shape) != tuple(delta.shape):
+                raise ValueError(f"LoRA update of {update.policy!r}: {name} (shape {tuple(delta.shape)}) does "
+                                 f"not fit {slot.path}")
+        self._snapshot_base(slot, deltas)
+        merged = {name: (slot.base[name].float() + d.to(slot.base[name].device)).to(slot.params[name].dtype)
+                  for name, d in deltas.items()}
+        self.load_weights(update.policy, merged)
 
     @torch.no_grad()
     def _activate(self, slot: _ModelSlot, policy: str) -> None:

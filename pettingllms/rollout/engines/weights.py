@@ -1,0 +1,101 @@
+"""The weight-sync record: what a policy worker hands the rollout engine after an update.
+
+Only what changed travels: for a LoRA policy the adapter tensors (peft state-dict names, as in
+`adapter_model.safetensors`) and its peft config (the content of `adapter_config.json`); for
+full fine-tuning the full weights (HF names) in the generation dtype. Each engine applies it its
+own way: the HF engine merges the adapter into its copy of the base, vLLM loads it as a
+`LoRARequest`, a Ray worker receives it once through the object store.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+PEFT_PREFIX = "base_model.model."  # peft's prefix in front of the plain model's module names
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+@dataclass
+class WeightUpdate:
+    policy: str
+    kind: str  # "lora" (adapter tensors only) | "full" (every weight)
+    tensors: dict[str, Tensor]
+    lora_config: dict[str, Any] = field(default_factory=dict)  # peft adapter_config.json (lora only)
+    version: int = 0  # the policy's update count; engines name adapter versions with it
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("lora", "full"):
+            raise ValueError(f"WeightUpdate.kind must be 'lora' or 'full', got {self.kind!r}")
+        if self.kind == "lora" and not self.lora_config:
+            raise ValueError(f"LoRA update of policy {self.policy!r} carries no lora_config")
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+def plain_peft_config(peft_config: Any) -> dict[str, Any]:
+    """peft's LoraConfig as the JSON-able dict peft writes to adapter_config.json."""
+    out = {}
+    for k, v in peft_config.to_dict().items():
+        if isinstance(v, set):
+            v = sorted(v)
+        elif hasattr(v, "value"):  # enums (peft_type, task_type)
+            v = v.value
+        out[k] = v
+    return out
+
+
+def lora_scaling(lora_config: dict[str, Any]) -> float:
+    r, alpha = int(lora_config["r"]), float(lora_config["lora_alpha"])
+    return alpha / math.sqrt(r) if lora_config.get("use_rslora") else alpha / r
+
+
+def lora_delta(a: Tensor, b: Tensor, scaling: float, fan_in_fan_out: bool = False) -> Tensor:
+    """The fp32 weight delta scaling * B @ A of one LoRA layer (out x in, like the base weight)."""
+    delta = (b.detach().float() @ a.detach().float()) * float(scaling)
+    return delta.T if fan_in_fan_out else delta
+
+
+def lora_deltas(update: WeightUpdate) -> dict[str, Tensor]:
+    """Plain-model weight name -> fp32 delta, for engines that merge adapters themselves."""
+    cfg = update.lora_config
+    if cfg.get("rank_pattern") or cfg.get("alpha_pattern") or cfg.get("use_dora"):
+        raise ValueError(f"policy {update.policy!r}: merging needs a uniform LoRA (no rank/alpha "
+                         "patterns, no DoRA)")
+    scaling, fifo = lora_scaling(cfg), bool(cfg.get("fan_in_fan_out"))
+    out = {}
+    for key, a in update.tensors.items():
+        if not key.endswith(".lora_A.weight"):
+            continue
+        module = key[:-len(".lora_A.weight")]
+        b = update.tensors[module + ".lora_B.weight"]
+        name = module[len(PEFT_PREFIX):] if module.startswith(PEFT_PREFIX) else module
+        out[name + ".weight"] = lora_delta(a, b, scaling, fifo)
+    if not out:
+        raise ValueError(f"LoRA update of policy {update.policy!r} holds no lora_A/lora_B tensors")
+    return out
+
+
+def write_adapter(update: WeightUpdate, folder: str | Path) -> Path:
+    """A standard peft adapter folder (what vLLM's LoRARequest and PeftModel load)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in update.tensors.items()}, str(folder / ADAPTER_WEIGHTS))
+    (folder / ADAPTER_CONFIG).write_text(json.dumps(update.lora_config, indent=1, default=list))
+    return folder
+
+
+def to_dtype(tensors: dict[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor]:
+    """Detached copies; floating tensors cast to `dtype`."""
+    return {k: (v.detach().to(dtype).clone() if v.is_floating_point() else v.detach().clone())
+            for k, v in tensors.items()}

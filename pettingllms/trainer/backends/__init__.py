@@ -1,0 +1,24 @@
+"""Backends: `make_backend(cfg, env_factory)` picks the one named by `trainer.backend`.
+See `base.py` for the protocol and docs/backends.md for how the pieces are placed."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from omegaconf import DictConfig
+
+from pettingllms.config import ConfigError
+from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
+
+__all__ = ["Backend", "GenerationStats", "Runner", "make_backend"]
+
+
+def make_backend(cfg: DictConfig, env_factory: Callable[[], Any], engine: Any = None) -> Backend:
+    name = str(cfg.trainer.backend)
+    if name == "local":
+        from pettingllms.trainer.backends.local import LocalBackend
+        return LocalBackend(cfg, env_factory, engine=engine)
+    if engine is not None:
+        raise ConfigError(f"trainer.backend={name} builds its own engines; a given engine needs trainer.backend=local")
+    if name in ("ray", "verl"):
+        raise ConfigError(f"trainer.backend={name} is not available yet; use trainer.backend=local")
+    raise ConfigError(f"unknown trainer.backend {name!r}; choose one of local, ray, verl")

@@ -1,0 +1,45 @@
+"""`trainer.backend=local`: one engine, the env/sandbox pool and the policy workers in this process."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from omegaconf import DictConfig
+
+from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
+from pettingllms.trainer.timing import TimedEngine
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, cfg: DictConfig, env_factory: Callable[[], Any], engine: Any = None) -> None:
+        super().__init__(cfg, env_factory)
+        self._given = engine  # an engine built elsewhere (tests, a server client)
+        self.engine: TimedEngine | None = None
+
+    def start(self, bases: dict[str, str]) -> None:
+        from pettingllms.trainer.components import build_rollout_engine
+
+        engine = self._given if self._given is not None else build_rollout_engine(self.cfg, bases)
+        self.engine = TimedEngine(engine)
+
+    def runner(self, cfg: DictConfig | None = None) -> Runner:
+        from pettingllms.rollout.runner import Rollout
+
+        return Rollout(self.engine, self.env_factory, dict(self.policies.agent_policy), cfg or self.cfg)
+
+    def apply_updates(self, updates: list[Any]) -> None:
+        for update in updates:
+            self.engine.update_weights(update)
+
+    def begin_step(self) -> None:
+        self.engine.reset_counters()
+
+    def generation_stats(self) -> GenerationStats:
+        e = self.engine
+        return GenerationStats(e.generate_s, e.generated_tokens, e.load_s)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        super().close()

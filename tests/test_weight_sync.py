@@ -1,0 +1,59 @@
+"""Weight sync through the engine seam: adapter tensors only for LoRA, full weights otherwise."""
+from __future__ import annotations
+
+import torch
+
+from pettingllms.policies import build_policies
+from pettingllms.rollout.engines import GenerationRequest, SamplingParams
+from pettingllms.rollout.engines.hf import HFEngine
+from policy_helpers import TINY, make_cfg, make_samples
+
+AGENTS = ["tool", "reasoner"]
+
+
+def _requests(policies):
+    return [GenerationRequest(messages=[{"role": "user", "content": f"Add {i} and 3."}], policy=p,
+                              params=SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=11 + i),
+                              request_id=f"r{i}") for i, p in enumerate(policies)]
+
+
+def _outputs(engine, policies):
+    return [[(c.response_ids, c.logprobs) for c in cs] for cs in engine.generate(_requests(policies))]
+
+
+def test_l2_adapter_update_is_adapter_only_and_matches_merged_weights():
+    """The HF engine merges each adapter update into its base: generation equals loading the
+    worker's merged weights, for both adapters and after a second update (not stacked)."""
+    ps = build_policies(make_cfg({"agents_mode": "per_agent_lora"}), AGENTS)
+    bases = {n: TINY for n in AGENTS}
+    synced, merged = HFEngine(bases, dtype="float32"), HFEngine(bases, dtype="float32")
+    for step, seed in ((0, 30), (1, 40)):
+        ps.update(make_samples("tool", [1.0, -1.0], seed=seed) + make_samples("reasoner", [-1.0, 1.0], seed=seed + 1),
+                  step)
+        for name, w in ps.workers.items():
+            update = w.weight_update()
+            assert update.kind == "lora" and update.version == step + 1
+            assert update.tensors and all(".lora_A." in k or ".lora_B." in k for k in update.tensors)
+            assert update.lora_config["r"] == 4 and update.lora_config["lora_alpha"] == 8
+            synced.update_weights(update)
+            merged.load_weights(name, w.generation_weights())
+        policies = ["tool", "reasoner", "tool"]
+        assert _outputs(synced, policies) == _outputs(merged, policies)
+    full_bytes = sum(t.numel() * 4 for t in ps.workers["tool"].generation_weights().values())
+    assert ps.workers["tool"].weight_update().num_bytes < full_bytes / 4
+
+
+def test_full_update_carries_every_weight_and_changes_generation():
+    ps = build_policies(make_cfg(), ["solo"])
+    worker = ps.workers["shared"]
+    engine = HFEngine({"shared": TINY}, dtype="float32")
+    before = _outputs(engine, ["shared"])
+    for step in range(2):
+        worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=50 + step), step)
+    update = worker.weight_update()
+    assert update.kind == "full" and set(update.tensors) == set(worker.model.state_dict())
+    engine.update_weights(update)
+    after = _outputs(engine, ["shared"])
+    assert after != before
+    lp = torch.tensor(after[0][0][1])
+    assert torch.isfinite(lp).all() and (lp <= 0).all()
