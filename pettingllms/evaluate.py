@@ -78,7 +78,7 @@ def output_path(cfg: DictConfig, result: dict[str, Any], job: JobInfo | None = N
     return Path(cfg.trainer.output_dir) / str(cfg.experiment) / "eval" / f"base_{stamp}_{name}"
 
 
-def _evaluate(cfg: DictConfig, job: JobInfo) -> int:
+def _evaluate(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.trainer.evaluation import format_table
 
     result = run_evaluation(cfg)

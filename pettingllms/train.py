@@ -17,10 +17,10 @@ from omegaconf import DictConfig
 from pettingllms.cli.app import JobInfo, run_main
 
 
-def _train(cfg: DictConfig, job: JobInfo) -> int:
+def _train(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.trainer.local import train
 
-    train(cfg, run_dir=job.output_dir)
+    train(cfg, run_dir=job.output_dir if job else None)
     return 0
 
 
