@@ -116,6 +116,7 @@ def test_multirun_makes_one_folder_per_job(tmp_path, data_root):
         assert (p / ".hydra" / "overrides.yaml").exists()
 
 
+@pytest.mark.slow  # two worker processes, each importing torch
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path, data_root):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     r = cli(*tiny_args(data_root, tmp_path), "-m", "seed=0,1", "hydra/launcher=joblib",

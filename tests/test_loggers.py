@@ -76,6 +76,7 @@ def mlflow_runs(run_dir: Path):
     return client, runs
 
 
+@pytest.mark.slow  # two tiny runs in subprocesses, each importing wandb and mlflow
 def test_tiny_run_logs_to_every_sink_and_resume_continues(tmp_path):
     pytest.importorskip("wandb")
     pytest.importorskip("mlflow")
