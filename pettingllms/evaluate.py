@@ -1,11 +1,12 @@
 """Evaluate: `python -m pettingllms.evaluate --config-name NAME eval.checkpoint=PATH eval.k=4`.
 
 Reports avg@k and pass@k per env and benchmark (the problems' `source` column) for the
-base model (no eval.checkpoint) or a training checkpoint (<run>/checkpoints/step_<N>, or a
+base model (no eval.checkpoint) or a training checkpoint (<run>/checkpoints/step_NNNNNN, or a
 run folder: its latest checkpoint). Prints a table and writes a JSON file.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -51,7 +52,7 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
         policies = backend.build_policies(agents)
         backend.start(comp.policy_bases(policies))
         if ckpt is not None:
-            ckpt_io.load_policies(ckpt, policies.workers)
+            ckpt_io.load_checkpoint(ckpt, policies.workers)  # one line if it does not fit
             backend.sync_weights()
         t0 = time.perf_counter()
         result = evaluate_problems(backend.runner, cfg, problems, int(cfg.eval.k),
@@ -65,24 +66,55 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-def output_path(cfg: DictConfig, result: dict[str, Any], job: JobInfo | None = None) -> Path:
-    """eval.output; else next to the checkpoint (one job) or in the command's job folder."""
+# Config sections an evaluation's numbers depend on (with the checkpoint); eval.output is not one.
+_RESULT_SETTINGS = ("seed", "model", "rollout", "env", "reward", "policies", "agents", "agents_mode", "eval")
+
+
+def settings_hash(cfg: DictConfig, checkpoint: str) -> str:
+    """Short hash of what decides the results, so evals with other settings get other files."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    settings = {k: config.get(k) for k in _RESULT_SETTINGS}
+    settings["eval"] = {k: v for k, v in (settings["eval"] or {}).items() if k != "output"}
+    blob = json.dumps([settings, checkpoint], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+def output_path(cfg: DictConfig, checkpoint: str, digest: str, job_dir: Path | None = None) -> Path:
+    """eval_<env>_<split>_k<K>_<settings hash>.json: never the file of an eval with other settings.
+    Next to the checkpoint; for the base model in the command's job folder (`job_dir`)."""
     if cfg.eval.output:
         return Path(cfg.eval.output)
-    name = f"eval_{cfg.env.name}_{cfg.eval.split}_k{cfg.eval.k}.json"
-    if result["checkpoint"] and not (job and job.multirun):
-        return Path(result["checkpoint"]) / name
-    if job is not None:
-        return job.output_dir / name
+    name = f"eval_{cfg.env.name}_{cfg.eval.split}_k{cfg.eval.k}_{digest}.json"
+    if checkpoint:
+        return Path(checkpoint) / name
+    if job_dir is not None:
+        return Path(job_dir) / name
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(cfg.trainer.output_dir) / str(cfg.experiment) / "eval" / f"base_{stamp}_{name}"
+
+
+def refuse_other_settings(out: Path, digest: str) -> None:
+    """An existing results file is replaced only by an eval with the same settings."""
+    if not out.exists():
+        return
+    try:
+        earlier = json.loads(out.read_text()).get("settings_hash")
+    except (OSError, ValueError, AttributeError):
+        earlier = None
+    if earlier != digest:
+        raise ConfigError(f"eval.output={out} holds an evaluation made with other settings (or is not one); "
+                          f"choose another file")
 
 
 def _evaluate(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.trainer.evaluation import format_table
 
+    checkpoint = str(_resolve_checkpoint(cfg.eval.checkpoint)) if cfg.eval.checkpoint else ""
+    digest = settings_hash(cfg, checkpoint)
+    out = output_path(cfg, checkpoint, digest, job.output_dir if job else None)
+    refuse_other_settings(out, digest)  # before the (long) evaluation
     result = run_evaluation(cfg)
-    out = output_path(cfg, result, job)
+    result["settings_hash"] = digest
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=float))
     what = result["checkpoint"] or f"base model {result['model']}"

@@ -13,10 +13,11 @@ TINY = "tiny:policies-a"
 VOCAB_LIMIT = 1000  # token ids stay below this, so every test model can embed them
 
 
-def make_cfg(extra: dict[str, Any] | None = None, lora: bool = False, dtype: str = "float32"):
+def make_cfg(extra: dict[str, Any] | None = None, lora: bool = False, dtype: str = "float32",
+             train_dtype: str = "float32"):
     base = {
         "seed": 0,
-        "model": {"path": TINY, "dtype": dtype, "train_dtype": "float32",
+        "model": {"path": TINY, "dtype": dtype, "train_dtype": train_dtype,
                   "lora": {"enabled": lora, "rank": 4, "alpha": 8}},
         "trainer": {"lr": 1e-2, "micro_batch_size": 2, "logprob_chunk": 5, "total_steps": 4,
                     "grad_clip": 1.0},

@@ -133,4 +133,4 @@ def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path, data_root):
 def test_evaluate_takes_hydra_run_dir(tmp_path, data_root):
     r = cli(*tiny_args(data_root, tmp_path), "eval.k=1", f"hydra.run.dir={tmp_path}/ev", module="pettingllms.evaluate")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert list((tmp_path / "ev").glob("eval_math_test_k1.json")) and (tmp_path / "ev" / "evaluate.log").exists()
+    assert list((tmp_path / "ev").glob("eval_math_test_k1_*.json")) and (tmp_path / "ev" / "evaluate.log").exists()

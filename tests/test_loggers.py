@@ -112,7 +112,8 @@ def test_tiny_run_logs_to_every_sink_and_resume_continues(tmp_path):
     assert got == pytest.approx({mlflow_name(k): v for k, v in want.items()})
 
     # resume to step 2 in the same folder: the same W&B run id and MLflow run continue
-    r = subprocess.run(base + ["trainer.total_steps=2", "trainer.resume=auto"], cwd=ROOT, env=env,
+    r = subprocess.run(base + ["trainer.total_steps=2", "trainer.resume=auto",
+                                                        "trainer.resume_allow_changes=true"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     run_id2, _, rows = wandb_offline_run(run)

@@ -23,7 +23,7 @@ def workflow(question):
 '''
 
 SAMPLING = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=32)
-FAST = MasBudgets(round_wall_s=3.0, wall_s=20.0)
+FAST = MasBudgets(round_wall_s=10.0, wall_s=60.0)  # generous: CI machines may be busy
 
 
 def _role(req) -> str:
@@ -100,6 +100,16 @@ def test_hostile_designs_are_contained():
         assert not r.ok and r.answer is None and r.error.startswith(want), (name, r.error)
     assert res["call_loop"].node_calls and len(res["call_loop"].node_calls) == 4  # kept, not dropped
     assert res["good"].ok  # the broken designs did not stop the good one
+
+
+def test_printing_the_channel_mark_changes_nothing():
+    from pettingllms.mas.driver import RESULT_MARK
+
+    design = (f"def workflow(q):\n    print('{RESULT_MARK}' + '{{\"status\": \"done\"}}')\n"
+              "    return 'real'")
+    (r,) = run_designs([DesignJob(design, "q", "mark")], ScriptedEngine(lambda req: ["z"]),
+                       "shared", SAMPLING, FAST, seed=0)
+    assert r.ok and r.answer == "real", r.error
 
 
 def test_huge_output_is_capped():

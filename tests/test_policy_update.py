@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from numerics import THREADS, assert_close_by_size, exact_float64, num_threads
 from policy_helpers import all_equal, any_changed, make_cfg, make_samples
 from pettingllms.policies import build_policies
 from pettingllms.policies.logprobs import full_logits_logprobs, pack, response_logprobs
@@ -31,8 +32,24 @@ def test_two_updates_change_weights_with_finite_loss(lora):
     assert metrics[1]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # recomputed old logprobs: on-policy
 
 
-def test_only_nonzero_advantage_samples_carry_gradient():
-    cfg = make_cfg()  # kl_coef = entropy_coef = 0
+def _fp64_cfg(extra=None):
+    """Exactness claims run in float64 (see tests/numerics.py)."""
+    return make_cfg(extra, dtype="float64", train_dtype="float64")
+
+
+def _grad_terms(model, num_tokens: int) -> int:
+    # Every logit of every response token feeds each parameter's gradient.
+    return int(model.config.vocab_size) * num_tokens
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_only_nonzero_advantage_samples_carry_gradient(threads):
+    with num_threads(threads), exact_float64():
+        _only_nonzero_advantage_samples_carry_gradient()
+
+
+def _only_nonzero_advantage_samples_carry_gradient():
+    cfg = _fp64_cfg()  # kl_coef = entropy_coef = 0
     worker = _shared(cfg)
     advs = [0.0, 1.5, 0.0, -1.0, 0.0]
     samples = make_samples("tool", advs, seed=3)
@@ -61,8 +78,10 @@ def test_only_nonzero_advantage_samples_carry_gradient():
     worker.optimizer.zero_grad(set_to_none=True)
     worker.accumulate([samples[i] for i in keep], [old[i] for i in keep], None, weight=1.0)
     share = sum(len(samples[i].response_ids) for i in keep) / sum(len(s.response_ids) for s in samples)
+    terms = _grad_terms(worker.model, sum(len(s.response_ids) for s in samples))
     for n, p in worker.model.named_parameters():
-        torch.testing.assert_close(g_all[n], p.grad * share, rtol=1e-4, atol=1e-6)
+        assert p.grad.dtype == torch.float64
+        assert_close_by_size(g_all[n], p.grad * share, terms)
 
 
 def test_zero_advantage_batch_gives_zero_gradient_update():
@@ -73,14 +92,21 @@ def test_zero_advantage_batch_gives_zero_gradient_update():
     assert all_equal(before, worker.trainable_state())
 
 
+@pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature):
+def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature, threads):
+    with num_threads(threads), exact_float64():
+        _chunked_logprobs_equal_full_logits(temperature)
+
+
+def _chunked_logprobs_equal_full_logits(temperature):
     model, _ = tiny_model(seed=5)
-    model.train()
+    model.double().train()  # an exactness claim: float64
     batch = pack(make_samples("a", [1.0] * 4, seed=6), pad_id=0)
     seen_rows = []
     hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o: seen_rows.append(i[0].shape[0]))
-    weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0)) * batch.mask
+    weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    weights = weights * batch.mask
 
     lp_c, ent_c = response_logprobs(model, batch, chunk=4, temperature=temperature, with_entropy=True)
     ((lp_c * weights).sum() + ent_c.sum()).backward()
@@ -92,20 +118,29 @@ def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature):
 
     # lm_head only ever saw chunks of <= 4 rows, forward and backward recompute.
     assert seen_rows and max(seen_rows) <= 4 and len(seen_rows) >= 2 * math.ceil(batch.num_tokens / 4)
-    # fp32 tiny model: same math, different summation order -> 1e-5 absolute.
-    torch.testing.assert_close(lp_c, lp_f, rtol=0, atol=1e-5)
-    torch.testing.assert_close(ent_c, ent_f, rtol=0, atol=1e-5)
+    # Same math, another summation order: values are vocabulary-size reductions.
+    vocab = int(model.config.vocab_size)
+    assert lp_c.dtype == lp_f.dtype == torch.float64
+    assert_close_by_size(lp_c, lp_f, vocab)
+    assert_close_by_size(ent_c, ent_f, vocab)
     assert torch.all(lp_c[batch.mask == 0] == 0)
     for n, p in model.named_parameters():
-        torch.testing.assert_close(grads_c[n], p.grad, rtol=1e-4, atol=1e-5)
+        assert_close_by_size(grads_c[n], p.grad, _grad_terms(model, batch.num_tokens))
 
 
-def test_micro_batches_accumulate_to_the_full_batch_gradient():
+@pytest.mark.parametrize("threads", THREADS)
+def test_micro_batches_accumulate_to_the_full_batch_gradient(threads):
+    with num_threads(threads), exact_float64():
+        _micro_batches_accumulate()
+
+
+def _micro_batches_accumulate():
     samples = make_samples("tool", [1.0, -0.5, 2.0, -1.0, 0.3], seed=7)
     grads = []
     for mb in (1, 5):
         for agg in ("token-mean", "seq-mean-token-mean"):
-            cfg = make_cfg({"trainer": {"micro_batch_size": mb, "lr": 0.0, "grad_clip": 0.0}, "algorithm": {"loss_agg": agg}})
+            cfg = _fp64_cfg({"trainer": {"micro_batch_size": mb, "grad_clip": 0.0},
+                             "algorithm": {"loss_agg": agg}})
             worker = _shared(cfg)
             orig = worker.optimizer.step
             captured = {}
@@ -117,9 +152,10 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient():
             worker.update(samples, step=0)
             grads.append((mb, agg, captured))
     by = {(mb, agg): g for mb, agg, g in grads}
+    terms = _grad_terms(worker.model, sum(len(s.response_ids) for s in samples))
     for agg in ("token-mean", "seq-mean-token-mean"):
         for n in by[(1, agg)]:
-            torch.testing.assert_close(by[(1, agg)][n], by[(5, agg)][n], rtol=1e-4, atol=1e-6)
+            assert_close_by_size(by[(1, agg)][n], by[(5, agg)][n], terms)
 
 
 def test_engine_old_logprobs_mismatch_is_logged():

@@ -102,7 +102,7 @@ def test_resume_needs_a_stable_run_folder(tmp_path):
 def test_existing_run_name_is_not_overwritten(two_step_run):
     run_dir, _, _, _ = two_step_run
     cfg = trainer_cfg(run_dir.parents[2], "trainer.run_name=r")
-    with pytest.raises(ConfigError, match="already has a run"):
+    with pytest.raises(ConfigError, match="run folder .* is not empty .*use trainer.resume=auto"):
         resolve_run(cfg)
 
 

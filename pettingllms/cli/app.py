@@ -189,7 +189,7 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
     evaluate: `<output_dir>/<experiment>/eval/<timestamp>`. A sweep's jobs are numbered
     folders inside, so they never share one.
     """
-    from pettingllms.trainer.outputs import fresh_dir, resolve_run
+    from pettingllms.trainer.outputs import default_run_folder, fresh_dir
 
     first = cfgs[0]
     experiment_dir = Path(first.trainer.output_dir) / str(first.experiment)
@@ -201,7 +201,7 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
         elif cmd.multirun:  # each job checks its own numbered folder (resume or refuse to overwrite)
             root = experiment_dir / first.trainer.run_name if first.trainer.run_name else fresh_dir(experiment_dir)
         else:
-            root = resolve_run(first)[0]
+            root = default_run_folder(first)
         out.append(f"{key}={_quote(root)}")
     if cmd.multirun and not _user_set(cmd.overrides, "hydra.sweep.subdir"):
         out.append("hydra.sweep.subdir=${hydra.job.num}")

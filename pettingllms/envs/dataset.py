@@ -8,31 +8,85 @@ it; training builds a missing split on first use so a fresh clone just runs.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from pettingllms.config import ConfigError
 
 log = logging.getLogger(__name__)
 
 
-def dataset_dir(data_name: str, data_root: str | Path = "datasets") -> Path:
+SPLITS = ("train", "test")
+DEFAULT_DATA_ROOT = "datasets"  # the only data root created on first use
+
+
+def dataset_dir(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT) -> Path:
     return Path(data_root) / data_name
 
 
-def ensure_dataset(data_name: str, data_root: str | Path = "datasets", seed: int = 0,
-                   builder: str | None = None) -> Path:
-    """`builder` names the module whose build() makes the data (default: the env package
-    named like the data); e.g. datasets/math_easy is built by pettingllms.envs.math.data."""
-    out = dataset_dir(data_name, data_root)
-    if not ((out / "train.parquet").exists() and (out / "test.parquet").exists()):
-        module = importlib.import_module(builder or f"pettingllms.envs.{data_name}.data")
-        report = module.build(out, seed=seed)
-        log.info("built dataset %s: %s", data_name, report)
+def new_output_dir(out: str | Path) -> Path:
+    """The folder a build writes into. A build never replaces files: a folder that already
+    holds a split is refused."""
+    out = Path(out)
+    existing = [f"{s}.parquet" for s in SPLITS if (out / f"{s}.parquet").exists()]
+    if existing:
+        raise ConfigError(f"{out} already has {' and '.join(existing)}; a build never replaces files: "
+                          f"move them away or choose another output folder")
+    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
-def load_split(data_name: str, split: str, data_root: str | Path = "datasets",
+def buildable_names(module: Any) -> tuple[str, ...]:
+    """Dataset names a builder module makes: its DATA_NAMES, else its env package's name."""
+    names = getattr(module, "DATA_NAMES", None)
+    return tuple(names) if names else (module.__name__.rsplit(".", 2)[-2],)
+
+
+def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, seed: int = 0,
+                   builder: str | None = None) -> Path:
+    """The dataset folder, built on first use into a fresh folder and moved into place.
+
+    `builder` names the module whose build() makes the data (default: the env package named
+    like the data); e.g. datasets/math_easy is built by pettingllms.envs.math.data. Nothing the
+    user made is replaced: a folder missing a split is an error naming it, an unknown name
+    is an error listing what can be built, and a data root other than the default must exist."""
+    out = dataset_dir(data_name, data_root)
+    have = [s for s in SPLITS if (out / f"{s}.parquet").exists()]
+    if len(have) == len(SPLITS):
+        return out
+    if out.is_dir() and any(out.iterdir()):
+        missing = [f"{s}.parquet" for s in SPLITS if s not in have]
+        raise ConfigError(f"dataset folder {out} has no {' or '.join(missing)}; add it, or move the folder "
+                          f"away to have it built (a build never replaces files)")
+    if str(data_root) != DEFAULT_DATA_ROOT and not Path(data_root).is_dir():
+        raise ConfigError(f"env.data_root={data_root} does not exist; create it or fix the path "
+                          f"(only the default '{DEFAULT_DATA_ROOT}' is created on first use)")
+    module = importlib.import_module(builder or f"pettingllms.envs.{data_name}.data")
+    names = buildable_names(module)
+    if data_name not in names:
+        close = difflib.get_close_matches(data_name, names, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"env.data={data_name}: no dataset folder {out} and no preset of that name{hint}; "
+                          f"presets: {', '.join(names)} (or put train.parquet and test.parquet in {out})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{data_name}.building-", dir=out.parent))
+    try:
+        report = module.build(tmp / data_name, seed=seed)
+        if out.is_dir():
+            out.rmdir()  # empty (checked above); a non-empty folder makes rename fail, never replaced
+        (tmp / data_name).rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("built dataset %s: %s", data_name, report)
+    return out
+
+
+def load_split(data_name: str, split: str, data_root: str | Path = DEFAULT_DATA_ROOT,
                limit: int | None = None, builder: str | None = None) -> list[dict[str, Any]]:
     """Rows of one split as dicts; every row has a string `id`."""
     import pandas as pd
@@ -40,7 +94,12 @@ def load_split(data_name: str, split: str, data_root: str | Path = "datasets",
     path = ensure_dataset(data_name, data_root, builder=builder) / f"{split}.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found (splits are 'train' and 'test')")
-    rows = pd.read_parquet(path).to_dict(orient="records")
+    try:
+        rows = pd.read_parquet(path).to_dict(orient="records")
+    except Exception as e:  # pyarrow raises several types; the user needs the file, not the stack
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"cannot read dataset file {path}: {first}; fix or replace it "
+                          f"(or point env.data / env.data_root elsewhere)") from None
     if limit is not None:
         rows = rows[:limit]
     for r in rows:

@@ -26,10 +26,11 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
+from pettingllms.config import ConfigError
 from pettingllms.envs.base import MultiAgentEnv, StepResult, register_env
+from pettingllms.envs.dataset import new_output_dir
 # one program extractor for every env that runs agent code
 from pettingllms.envs.programs import MAX_PROGRAM_CHARS, extract_program
 
@@ -71,8 +72,7 @@ def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any
     """
     import pandas as pd
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = new_output_dir(out_dir)
     seen: set[str] = set()
     report: dict[str, Any] = {"env": env, "seed": seed, "generator": "own seeded generator"}
     for split, n in (("train", n_train), ("test", n_test)):
@@ -422,7 +422,10 @@ def data_cli(env: str, build: Callable[..., dict[str, Any]], argv: list[str] | N
     ap.add_argument("--n-test", type=int, default=None)
     args = ap.parse_args(argv)
     sizes = {k: v for k, v in (("n_train", args.n_train), ("n_test", args.n_test)) if v is not None}
-    report = build(args.out, seed=args.seed, **sizes)
+    try:
+        report = build(args.out, seed=args.seed, **sizes)
+    except ConfigError as e:  # e.g. --out already holds a split: one line, no traceback
+        raise SystemExit(f"load_{env}: {e}") from None
     print(json.dumps(report, indent=2, default=str))
     return report
 

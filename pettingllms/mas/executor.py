@@ -143,7 +143,9 @@ class _Exec:
         self.sandbox_s += r.wall_s
         self.rounds = round_no
         head = f"[round {round_no}] sandbox {r.wall_s:.2f}s"
-        mark = r.stdout.rfind(driver.RESULT_MARK)
+        # the report is the line that starts with the mark (inside JSON a newline is escaped, so
+        # a design that prints the mark cannot fake the line)
+        mark = r.stdout.rfind("\n" + driver.RESULT_MARK)
         if mark < 0 or not r.ok:
             why = {"timeout": "timeout", "cpu_time": "timeout", "output_limit": "output_limit",
                    "memory": "memory"}.get(r.error or "", "sandbox")
@@ -153,7 +155,7 @@ class _Exec:
             return self.finish(False, error=f"{why}: the design process stopped ({detail})"
                                + (f": {tail}" if tail and why == "sandbox" else ""))
         try:
-            msg = json.loads(r.stdout[mark + len(driver.RESULT_MARK):].strip().splitlines()[0])
+            msg = json.loads(r.stdout[mark + 1 + len(driver.RESULT_MARK):].strip().splitlines()[0])
             status, requests, seen = msg["status"], list(msg["requests"]), list(msg["seen"])
             self.design_log = str(msg.get("log", ""))[:self.budgets.max_log_chars + 200]
         except (ValueError, KeyError, TypeError, IndexError) as e:

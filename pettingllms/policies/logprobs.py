@@ -81,9 +81,14 @@ def pack(samples: Sequence[Sample], pad_id: int = 0) -> PackedBatch:
         pos_idx=torch.cat(poss) if poss else empty)
 
 
+def at_least_fp32(x: Tensor) -> Tensor:
+    """Upcast bf16/fp16 to fp32 for softmax; fp64 stays fp64 (tests check exactness in it)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def _chunk_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module, temperature: float,
                     softcap: Optional[float], with_entropy: bool):
-    logits = lm_head(hidden).float()
+    logits = at_least_fp32(lm_head(hidden))
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     if temperature != 1.0:
@@ -114,7 +119,7 @@ def token_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module, ch
         lps.append(lp)
         ents.append(ent)
     if not lps:
-        empty = hidden.new_zeros(0, dtype=torch.float32)
+        empty = at_least_fp32(hidden.new_zeros(0))
         return empty, (empty if with_entropy else None)
     return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
@@ -148,14 +153,15 @@ def full_logits_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature
                          with_entropy: bool = False) -> tuple[Tensor, Optional[Tensor]]:
     """The plain computation (all logits at once). Only for tests and small checks."""
     device = next(model.parameters()).device
-    logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                   use_cache=False).logits.float().cpu()
+    out = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                use_cache=False)
+    logits = at_least_fp32(out.logits).cpu()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     B, T = batch.mask.shape
-    lp = torch.zeros(B, T)
-    ent = torch.zeros(B, T)
+    lp = logits.new_zeros(B, T)
+    ent = logits.new_zeros(B, T)
     per_pos = logp_all[:, :-1].gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     ent_pos = -(logp_all.exp() * logp_all).sum(-1)
     lp = lp.index_put((batch.row_idx, batch.col_idx), per_pos[batch.row_idx, batch.pos_idx])

@@ -26,6 +26,17 @@ def _peft_config(lora: LoraConfig):
         target_modules=list(lora.target_modules), bias="none", task_type="CAUSAL_LM")
 
 
+def adapter_of(param_name: str) -> str | None:
+    """The adapter a peft parameter belongs to: the path component right after a `lora_*` module
+    (`...q_proj.lora_A.<adapter>.weight`), matched exactly, so an adapter named like a module
+    (`model`, `layers`) owns only its own weights. None for base weights."""
+    parts = param_name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part.startswith("lora_"):
+            return parts[i + 1]
+    return None
+
+
 class SharedLoraBase:
     """One base model in memory and a peft model holding one adapter per policy."""
 
@@ -55,11 +66,10 @@ class SharedLoraBase:
         self.adapters.append(name)
 
     def adapter_params(self, name: str) -> list[tuple[str, torch.nn.Parameter]]:
-        tag = f".{name}."
-        return [(n, p) for n, p in self.peft_model.named_parameters() if "lora_" in n and tag in n]
+        return [(n, p) for n, p in self.peft_model.named_parameters() if adapter_of(n) == name]
 
     def base_params(self) -> list[tuple[str, torch.nn.Parameter]]:
-        return [(n, p) for n, p in self.peft_model.named_parameters() if "lora_" not in n]
+        return [(n, p) for n, p in self.peft_model.named_parameters() if adapter_of(n) is None]
 
     def activate(self, name: str, train: bool) -> None:
         """Make `name` the active adapter; only its weights require grad."""

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from pettingllms.algorithms.loss import ppo_loss
-from pettingllms.policies.logprobs import pack, response_logprobs
+from pettingllms.policies.logprobs import at_least_fp32, pack, response_logprobs
 from pettingllms.policies.lora import SharedLoraBase
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.records import Sample
@@ -180,7 +180,7 @@ class PolicyWorker:
                 batch, lp, _ = self._forward(chunk, model=self.ref_model)
             else:
                 batch, lp, _ = self._forward(chunk)
-            lp = lp.float().cpu()
+            lp = at_least_fp32(lp).cpu()
             rows += [lp[b, :r] for b, r in enumerate(batch.response_lens)]
         return rows
 
@@ -244,16 +244,17 @@ class PolicyWorker:
         with_entropy = float(self.algo.entropy_coef) > 0
         batch, lp, ent = self._forward(samples, with_entropy=with_entropy)
         dev = lp.device
-        old_t = batch.padded_values(old).to(dev) if old is not None else lp.detach().float()
+        lp = at_least_fp32(lp)
+        old_t = batch.padded_values(old, lp.dtype).to(dev) if old is not None else lp.detach()
         if mismatch is not None:  # first pass: the current policy vs what the engine sampled with
             total, peak, count = self._mismatch(samples, batch, lp)
             mismatch[0] += total
             mismatch[1] = max(mismatch[1], peak)
             mismatch[2] += count
-        ref_t = batch.padded_values(ref).to(dev) if ref is not None else None
-        adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=dev)
-        loss, m = ppo_loss(lp.float(), old_t, adv, batch.mask.to(dev), self.algo,
-                           ref_logprobs=ref_t, entropy=ent.float() if ent is not None else None)
+        ref_t = batch.padded_values(ref, lp.dtype).to(dev) if ref is not None else None
+        adv = torch.tensor([float(s.advantage) for s in samples], dtype=lp.dtype, device=dev)
+        loss, m = ppo_loss(lp, old_t, adv, batch.mask.to(dev), self.algo,
+                           ref_logprobs=ref_t, entropy=at_least_fp32(ent) if ent is not None else None)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"policy '{self.name}': non-finite loss {float(loss)}")
         (loss * weight).backward()

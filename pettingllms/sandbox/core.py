@@ -150,7 +150,7 @@ def _classify(exit_code: int | None, stderr: str, timed_out: bool, over: bool) -
 
 # --- error counts (process-wide; the trainer turns differences into per-step metrics) -----
 
-_counts: Counter = Counter()
+_counts: Counter = Counter(runs=0)  # "runs" is reported even before the first run
 _counts_lock = threading.Lock()
 
 

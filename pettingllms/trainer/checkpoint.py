@@ -1,4 +1,4 @@
-"""Checkpoints: `<run_dir>/checkpoints/step_<N>/`.
+"""Checkpoints: `<run_dir>/checkpoints/step_NNNNNN/`.
 
 Layout of one checkpoint:
     policies/<name>/     whatever PolicyWorker.save(dir) writes (weights or adapter,
@@ -10,14 +10,20 @@ killed while saving never leaves a folder that looks complete.
 """
 from __future__ import annotations
 
+import json
+import logging
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
+from pettingllms.config import ConfigError
 from pettingllms.utils.seeding import capture_rng_state
+
+log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 STATE_FILE = "trainer_state.pt"
@@ -72,12 +78,84 @@ def load_state(ckpt: Path) -> dict[str, Any]:
 
 
 def load_policies(ckpt: Path, workers: Mapping[str, Any]) -> None:
+    have = sorted(p.name for p in (Path(ckpt) / "policies").iterdir()) if (Path(ckpt) / "policies").is_dir() else []
+    missing = [name for name in workers if name not in have]
+    if missing:  # e.g. an L2 (per-agent adapters) config on an L1 (one shared policy) checkpoint
+        raise ConfigError(f"checkpoint {ckpt} holds policies {have} but this config has {sorted(workers)}: "
+                          f"it was made with other policies / agents_mode; use the config it was made with")
     for name, worker in workers.items():
-        folder = Path(ckpt) / "policies" / name
-        if not folder.exists():
-            raise FileNotFoundError(f"checkpoint {ckpt} has no policy '{name}' "
-                                    f"(it has: {sorted(p.name for p in (Path(ckpt) / 'policies').iterdir())})")
-        worker.load(str(folder))
+        worker.load(str(Path(ckpt) / "policies" / name))
+
+
+def _check_safetensors(path: Path) -> None:
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("shorter than its header")
+        n = int.from_bytes(head, "little")
+        header = json.loads(f.read(n))
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    if path.stat().st_size < 8 + n + end:
+        raise ValueError(f"truncated: {path.stat().st_size} bytes, its header needs {8 + n + end}")
+
+
+def unreadable_file(ckpt: Path) -> tuple[Path, str] | None:
+    """The first file of a checkpoint that cannot be read whole, and why (None: all readable)."""
+    for path in sorted(Path(ckpt).rglob("*")):
+        if not path.is_file():
+            continue
+        try:
+            if path.suffix == ".safetensors":
+                _check_safetensors(path)
+            elif path.suffix in (".pt", ".bin"):  # torch.save writes zip archives: check every CRC
+                with zipfile.ZipFile(path) as z:
+                    bad = z.testzip()
+                if bad is not None:
+                    raise ValueError(f"corrupt member {bad}")
+            elif path.suffix == ".json":
+                json.loads(path.read_text())
+        except Exception as e:  # noqa: BLE001 - any failure to read is the answer
+            return path, (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return None
+
+
+def load_checkpoint(ckpt: Path, workers: Mapping[str, Any],
+                    run_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Load trainer state and policies from `ckpt`; returns (the checkpoint used, its state).
+
+    If a file of it is unreadable (truncated weights, optimizer...), warn naming the file and,
+    given `run_dir`, fall back to the previous complete checkpoint of that run. A readable
+    checkpoint that does not fit the config is one ConfigError line."""
+    ckpt = Path(ckpt)
+    candidates = [ckpt]
+    if run_dir is not None:
+        step = _step_of(ckpt)
+        candidates += [p for s, p in reversed(list_checkpoints(run_dir)) if step is None or s < step]
+    for candidate in candidates:
+        try:
+            state = load_state(candidate)
+            load_policies(candidate, workers)
+            if candidate != ckpt:
+                log.warning("resuming from %s instead", candidate)
+            return candidate, state
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - decide below whether a file is damaged
+            bad = unreadable_file(candidate)
+            if bad is None:
+                first = (str(e).strip().splitlines() or [""])[0]
+                raise ConfigError(f"checkpoint {candidate} does not fit this config "
+                                  f"({type(e).__name__}: {first})") from None
+        log.warning("checkpoint %s is unreadable: %s (%s)%s", candidate, bad[0], bad[1],
+                    "; trying the previous complete checkpoint" if candidate != candidates[-1] else "")
+    raise ConfigError(f"no readable checkpoint to resume from: {ckpt} has an unreadable file"
+                      + (f" and so do the earlier ones in {run_dir}" if len(candidates) > 1 else "")
+                      + " (see the warnings above)")
+
+
+def _step_of(ckpt: Path) -> int | None:
+    m = _STEP_DIR.match(Path(ckpt).name)
+    return int(m.group(1)) if m else None
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> None:

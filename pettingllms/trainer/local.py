@@ -91,9 +91,8 @@ class LocalTrainer:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         rng_state = None
-        if resume_from is not None:
-            state = ckpt_io.load_state(resume_from)
-            ckpt_io.load_policies(resume_from, self.workers)
+        if resume_from is not None:  # an unreadable checkpoint falls back to the previous one
+            resume_from, state = ckpt_io.load_checkpoint(resume_from, self.workers, run_dir=self.run_dir)
             self.order.load_state_dict(state["data"])
             self.step = int(state["step"])
             self.history = [dict(m) for m in state.get("metrics", [])]

@@ -5,7 +5,7 @@
     tensorboard/                TensorBoard event files (trainer.logger: see loggers.py)
     wandb/ mlflow.db loggers.json  W&B and MLflow runs, when trainer.logger lists them
     trajectories/step_<N>.jsonl the step's episodes (pettingllms.records.Episode)
-    checkpoints/step_<N>/       see checkpoint.py
+    checkpoints/step_NNNNNN/    see checkpoint.py (six-digit step)
 """
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from pettingllms.config import ConfigError
 from pettingllms.records import Episode, write_jsonl
+from pettingllms.trainer import run_folder
 from pettingllms.trainer.loggers import finite
+
+# What Hydra writes into its run dir before the job starts (the job is named after the program).
+HYDRA_FILES = (".hydra", "train.log")
 
 
 def fresh_dir(root: Path) -> Path:
@@ -29,26 +33,35 @@ def fresh_dir(root: Path) -> Path:
     return run
 
 
-def _refuse_existing_run(run: Path) -> None:
-    if (run / "metrics.jsonl").exists():
-        raise ConfigError(f"run folder {run} already has a run; use trainer.resume=auto to continue it "
-                          f"or choose another trainer.run_name")
-
-
 def new_run_dir(cfg: DictConfig) -> Path:
     """A fresh run folder: run_name if set, else a timestamp."""
     root = Path(cfg.trainer.output_dir) / cfg.experiment
     if cfg.trainer.run_name:
-        _refuse_existing_run(root / cfg.trainer.run_name)
-        return root / cfg.trainer.run_name
+        run = root / cfg.trainer.run_name
+        run_folder.refuse_used_folder(run)
+        return run
     return fresh_dir(root)
+
+
+def default_run_folder(cfg: DictConfig) -> Path:
+    """The folder `resolve_run` will use without a command-line choice (no side effects)."""
+    resume = str(cfg.trainer.resume)
+    if resume in ("", "none"):
+        return new_run_dir(cfg)
+    if resume == "auto":
+        if not cfg.trainer.run_name:
+            raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name "
+                              "(or pass trainer.resume=PATH to a checkpoint folder)")
+        return Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
+    path = Path(resume)
+    return path if (path / "checkpoints").is_dir() else path.parent.parent
 
 
 def resolve_run(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Path | None]:
     """The run folder and the checkpoint to resume from (None for a fresh start).
 
-    `run_dir` is the folder the command line chose (Hydra's run dir); without it the folder
-    is `<output_dir>/<experiment>/<run_name or timestamp>`.
+    `run_dir` is the folder the command line chose (Hydra's run dir, which already holds
+    Hydra's own files); without it the folder is `<output_dir>/<experiment>/<run_name or timestamp>`.
     """
     from pettingllms.trainer import checkpoint as ckpt_io
 
@@ -56,25 +69,28 @@ def resolve_run(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Pat
     if resume in ("", "none"):
         if run_dir is None:
             return new_run_dir(cfg), None
-        _refuse_existing_run(Path(run_dir))
+        run_folder.refuse_used_folder(Path(run_dir), ignore=HYDRA_FILES)
         return Path(run_dir), None
     if resume == "auto":
-        if run_dir is None:
-            if not cfg.trainer.run_name:
-                raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name "
-                                  "(or pass trainer.resume=PATH to a checkpoint folder)")
-            run_dir = Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
-        return Path(run_dir), ckpt_io.latest_checkpoint(Path(run_dir))
+        run_dir = Path(run_dir) if run_dir is not None else default_run_folder(cfg)
+        latest = ckpt_io.latest_checkpoint(run_dir)
+        if latest is None:
+            run_folder.start_fresh_in(run_dir)
+            return run_dir, None
+        run_folder.check_resume_config(run_dir, cfg, latest)
+        return run_dir, latest
     path = Path(resume)
     if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: take its latest
         latest = ckpt_io.latest_checkpoint(path)
         if latest is None:
             raise ConfigError(f"trainer.resume={resume}: no complete checkpoint in that run folder")
+        run_folder.check_resume_config(path, cfg, latest)
         return path, latest
     if not ckpt_io.is_complete(path):
         raise ConfigError(f"trainer.resume={resume}: not a complete checkpoint folder")
     if path.parent.name != "checkpoints":
-        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_<N>")
+        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
+    run_folder.check_resume_config(path.parent.parent, cfg, path)
     return path.parent.parent, path
 
 

@@ -44,7 +44,9 @@ _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16,
+    "float64": torch.float64, "fp64": torch.float64,  # exactness checks in tests
 }
+DTYPE_NAMES = tuple(_DTYPES)  # what model.dtype / model.train_dtype accept
 
 
 class ModelNotFoundError(RuntimeError):

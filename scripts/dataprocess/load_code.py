@@ -20,8 +20,11 @@ def main() -> None:
     ap.add_argument("--io-tasks", type=int, default=120, help="CodeI/O stdin/stdout tasks")
     ap.add_argument("--humaneval-limit", type=int, default=None)
     args = ap.parse_args()
-    report = build(args.out, seed=args.seed, offline=True if args.offline else None,
-                   io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit)
+    try:
+        report = build(args.out, seed=args.seed, offline=True if args.offline else None,
+                       io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit)
+    except ValueError as e:  # ConfigError, e.g. --out already holds a split: one line
+        raise SystemExit(f"load_code: {e}") from None
     print(json.dumps(report, indent=2))
 
 

