@@ -107,8 +107,24 @@ class PhaseConfig:
 
 
 @dataclass
+class VerlConfig:
+    """trainer.backend=verl: where verl's FSDP workers run and how. GPU runs differ from the CPU
+    runs that CI tests only in these values (device, attention, padding removal, offload)."""
+    device: str = "auto"  # auto (GPU if the Ray cluster has one) | cpu | cuda
+    strategy: str = "fsdp2"  # fsdp2 | fsdp
+    attn_implementation: str = "sdpa"  # flash_attention_2 on GPU
+    use_remove_padding: bool = False  # true (packed sequences) needs flash attention: GPU
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    ray_address: str = ""  # "": a local Ray started for the run; "auto" or host:port: join a cluster
+
+
+@dataclass
 class TrainerConfig:
     backend: str = "local"  # local | ray | verl
+    n_gpus_per_node: int = 1  # backend=verl: ranks per node (GPUs; processes on CPU)
+    nnodes: int = 1  # backend=verl: nodes of the Ray cluster
+    verl: VerlConfig = field(default_factory=VerlConfig)
     total_steps: int = 20
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -129,7 +145,7 @@ class TrainerConfig:
     phases: list[PhaseConfig] = field(default_factory=list)  # freeze/unfreeze schedule
     log_tensorboard: bool = True
     progress_bar: bool = True
-    threads: int = 0  # torch threads; 0 keeps torch's default
+    threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
     # metric sinks: console, jsonl (always on), tensorboard, wandb, mlflow (trainer/loggers.py)
@@ -240,6 +256,8 @@ _CHOICES = {
     "algorithm.old_logprobs": ("recompute", "engine"),
     "trainer.backend": ("local", "ray", "verl"),
     "trainer.lr_schedule": ("cosine", "constant"),
+    "trainer.verl.device": ("auto", "cpu", "cuda"),
+    "trainer.verl.strategy": ("fsdp2", "fsdp"),
 }
 
 

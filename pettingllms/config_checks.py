@@ -71,12 +71,21 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("trainer.logprob_chunk", lambda v: v >= 1, "must be >= 1"),
     ("trainer.save_freq", lambda v: v >= 0, "must be >= 0 (0: only at the end)"),
     ("trainer.val_freq", lambda v: v >= 0, "must be >= 0 (0: never)"),
-    ("trainer.threads", lambda v: v >= 0, "must be >= 0 (0 keeps torch's default)"),
+    ("trainer.threads", lambda v: _threads_ok(v), "must be a count >= 0 (0 keeps torch's default) or 'auto'"),
     ("trainer.keep_checkpoints", lambda v: v >= 0, "must be >= 0 (0 keeps all)"),
     ("eval.k", lambda v: v >= 1, "must be >= 1"),
     ("eval.limit", lambda v: v >= 1, "must be >= 1 or null"),
     ("eval.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
 ]
+
+
+def _threads_ok(value: Any) -> bool:
+    from pettingllms.utils.threads import parse_threads
+    try:
+        parse_threads(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_ranges(cfg: DictConfig) -> None:

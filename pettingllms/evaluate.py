@@ -40,7 +40,9 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
     from pettingllms.trainer.backends import make_backend
     from pettingllms.trainer.evaluation import evaluate_problems
     from pettingllms.utils.seeding import derive_seed, set_seed
+    from pettingllms.utils.threads import apply_threads
 
+    apply_threads(cfg.trainer.threads)  # evaluation honours trainer.threads (a count or auto) too
     set_seed(int(cfg.seed), bool(cfg.trainer.deterministic))
     env_factory = comp.make_env_factory(cfg)
     agents = list(env_factory().agents)

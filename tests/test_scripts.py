@@ -47,3 +47,15 @@ def test_recipe_bad_key_fails_clearly():
     r = subprocess.run(["bash", "scripts/train/quickstart.sh", "rollout.kk=2"], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown config key 'rollout.kk' (did you mean 'rollout.k'?)" in r.stderr
+
+
+@pytest.mark.parametrize("script", ["scripts/train/math/math_L1_prompt.sh", "scripts/train/code/code_two_policy.sh"])
+def test_gpu_recipe_on_verl_composes(script):
+    """The multi-GPU form: backend, engine and GPU counts are typed config values."""
+    r = subprocess.run(["bash", script, "trainer.backend=verl", "rollout.engine=vllm", "trainer.n_gpus_per_node=8",
+                        "trainer.nnodes=1", "trainer.verl.attn_implementation=flash_attention_2",
+                        "trainer.verl.use_remove_padding=true", "--dry-run"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for line in ("backend: verl", "engine: vllm", "n_gpus_per_node: 8", "nnodes: 1", "use_remove_padding: true"):
+        assert line in r.stdout, line

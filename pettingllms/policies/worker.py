@@ -60,6 +60,32 @@ def lr_lambda(warmup_steps: int, total_steps: int, min_lr_ratio: float, schedule
     return f
 
 
+def check_samples(spec: PolicySpec, algo: Any, samples: Sequence[Sample]) -> None:
+    """Samples a policy may train on: its own agents, engine logprobs when asked for, finite advantages."""
+    mine = set(spec.agents)
+    for s in samples:
+        if mine and s.agent not in mine:
+            raise ValueError(f"policy '{spec.name}' got a sample of agent '{s.agent}'; it trains only "
+                             f"on its own agents {sorted(mine)}")
+        if len(s.logprobs) != len(s.response_ids) and str(algo.old_logprobs) == "engine":
+            raise ValueError(f"sample of agent '{s.agent}' has {len(s.logprobs)} engine logprobs for "
+                             f"{len(s.response_ids)} response tokens")
+        if not math.isfinite(float(s.advantage)):
+            raise ValueError(f"sample of agent '{s.agent}' has a non-finite advantage {s.advantage}")
+
+
+def mini_batch_plan(n: int, algo: Any, seed: int, step: int) -> list[list[int]]:
+    """Sample indices of each optimizer step of one update: ppo_epochs x mini_batches, each epoch a
+    fresh seeded permutation dealt round-robin. Every backend trains on exactly these mini-batches."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + int(step))
+    n_mini = max(1, min(int(algo.mini_batches), n))
+    plan = []
+    for _ in range(max(1, int(algo.ppo_epochs))):
+        perm = torch.randperm(n, generator=gen).tolist()
+        plan += [perm[i::n_mini] for i in range(n_mini)]
+    return plan
+
+
 class PolicyWorker:
     """One policy. LoRA workers on the same base share `lora_base` (L2)."""
 
@@ -190,16 +216,7 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------- update
     def _check_samples(self, samples: Sequence[Sample]) -> None:
-        mine = set(self.spec.agents)
-        for s in samples:
-            if mine and s.agent not in mine:
-                raise ValueError(f"policy '{self.name}' got a sample of agent '{s.agent}'; it trains only "
-                                 f"on its own agents {sorted(mine)}")
-            if len(s.logprobs) != len(s.response_ids) and str(self.algo.old_logprobs) == "engine":
-                raise ValueError(f"sample of agent '{s.agent}' has {len(s.logprobs)} engine logprobs for "
-                                 f"{len(s.response_ids)} response tokens")
-            if not math.isfinite(float(s.advantage)):
-                raise ValueError(f"sample of agent '{s.agent}' has a non-finite advantage {s.advantage}")
+        check_samples(self.spec, self.algo, samples)
 
     def _old_logprobs(self, samples: list[Sample]) -> Optional[list[Tensor]]:
         """Behaviour logprobs for the ratio; None means "this pass's own, detached".
@@ -285,29 +302,26 @@ class PolicyWorker:
         metrics["logprob_s"] = time.perf_counter() - t0  # no-grad passes (old / reference), if any
         self._activate(train=True)
         n = len(samples)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(step))
         n_mini = max(1, min(int(self.algo.mini_batches), n))
         token_agg = str(self.algo.loss_agg) == "token-mean"
         sums: dict[str, float] = {}
         grad_norms = []
-        for _ in range(max(1, int(self.algo.ppo_epochs))):
-            perm = torch.randperm(n, generator=gen).tolist()
-            for mini in (perm[i::n_mini] for i in range(n_mini)):
-                self.optimizer.zero_grad(set_to_none=True)
-                total = sum(len(samples[i].response_ids) for i in mini) if token_agg else len(mini)
-                for micro in self._micro_batches(mini, samples):
-                    part = sum(len(samples[i].response_ids) for i in micro) if token_agg else len(micro)
-                    w = part / total
-                    m = self.accumulate([samples[i] for i in micro],
-                                        [old[i] for i in micro] if old is not None else None,
-                                        [ref[i] for i in micro] if ref is not None else None, w,
-                                        mismatch if len(grad_norms) < n_mini else None)
-                    for k, v in m.items():
-                        sums[k] = sums.get(k, 0.0) + w * float(v)
-                clip = float(self.trainer.grad_clip)
-                norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
-                grad_norms.append(float(norm))
-                self.optimizer.step()
+        for mini in mini_batch_plan(n, self.algo, self.seed, step):
+            self.optimizer.zero_grad(set_to_none=True)
+            total = sum(len(samples[i].response_ids) for i in mini) if token_agg else len(mini)
+            for micro in self._micro_batches(mini, samples):
+                part = sum(len(samples[i].response_ids) for i in micro) if token_agg else len(micro)
+                w = part / total
+                m = self.accumulate([samples[i] for i in micro],
+                                    [old[i] for i in micro] if old is not None else None,
+                                    [ref[i] for i in micro] if ref is not None else None, w,
+                                    mismatch if len(grad_norms) < n_mini else None)
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + w * float(v)
+            clip = float(self.trainer.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
+            grad_norms.append(float(norm))
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         n_steps = len(grad_norms)
         metrics.update({k: v / n_steps for k, v in sums.items()})
@@ -413,6 +427,8 @@ class PolicyWorker:
                 raise ValueError(f"checkpoint at {folder} does not fit '{self.name}': shape mismatch "
                                  f"{wrong[:3]}, missing {missing[:3]}, unexpected {unexpected[:3]}")
             self.model.load_state_dict(state, strict=False)
+        self.updates = int(meta.get("updates", 0))
+        if meta.get("backend") == "verl":  # its optimizer state is in verl's shards: weights only (evaluation)
+            return
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))
-        self.updates = int(meta.get("updates", 0))

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 
 from pettingllms.config import ConfigError
@@ -34,6 +33,7 @@ from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_me
 from pettingllms.trainer.outputs import RunOutputs, resolve_run
 from pettingllms.trainer.timing import Stopwatch
 from pettingllms.utils.seeding import derive_seed, restore_rng_state, set_seed
+from pettingllms.utils.threads import apply_threads
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,7 @@ class LocalTrainer:
         check_loggers(cfg)
         self.cfg = cfg
         tr = cfg.trainer
-        if int(tr.threads) > 0:
-            torch.set_num_threads(int(tr.threads))
+        apply_threads(tr.threads)
         set_seed(int(cfg.seed), bool(tr.deterministic))
         quiet_hf_progress()
         self.run_dir, resume_from = resolve_run(cfg, run_dir)

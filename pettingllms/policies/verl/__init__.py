@@ -1,0 +1,35 @@
+"""Policy workers on verl's FSDP engine (trainer.backend=verl).
+
+    cluster = RayCluster.start(cfg)                  # local Ray, or join trainer.verl.ray_address
+    policies = build_verl_policies(cfg, agents, cluster)   # PolicySet of VerlPolicyWorkers
+
+Levels: L1 one worker group; L3 one worker group per policy; L2 (per_agent_lora) one worker
+group per adapter, each over its own frozen copy of the base. All groups of a run share one
+Ray resource pool (colocated, like verl's actor/ref), with a name prefix per policy.
+`cpu.py` is the CPU platform that lets this run on CPU (CI) with gloo.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+__all__ = ["build_verl_policies"]
+
+
+def build_verl_policies(cfg: Any, agents: Sequence[str], cluster: Any) -> Any:
+    from pettingllms.policies import PolicySet, resolve_policies
+    from pettingllms.policies.verl.worker import VerlPolicyWorker
+
+    plan = resolve_policies(cfg, agents)
+    workers = {}
+    try:
+        for i, (name, spec) in enumerate(plan.specs.items()):
+            prefix = f"pl{i}{re.sub(r'[^A-Za-z0-9]', '', name)[:16]}_"  # distinct Ray actor names per policy
+            workers[name] = VerlPolicyWorker(spec, cfg, cluster, name_prefix=prefix,
+                                             colocate=len(plan.specs))
+    except BaseException:
+        for w in workers.values():
+            w.close()
+        raise
+    phases = list(getattr(cfg.trainer, "phases", None) or [])
+    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=phases)

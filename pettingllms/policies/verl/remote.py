@@ -1,0 +1,84 @@
+"""The Ray-side worker: verl's TrainingWorker plus the few calls our policy needs.
+
+Importing this module in a Ray worker runs `cpu.register()` first (through
+VERL_USE_EXTERNAL_MODULES, set in the worker env), so verl finds the CPU platform
+before its engine asks for one. Everything else is verl's own TrainingWorker:
+`train_batch`, `infer_batch`, `set_loss_fn`, `save_checkpoint`, `load_checkpoint`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.workers.engine_workers import TrainingWorker
+
+from pettingllms.policies.verl import cpu
+
+
+def _init_process_group() -> None:
+    """verl asks for "cpu:gloo,<device>:<backend>"; on CPU that is "cpu:gloo,cpu:gloo", which
+    torch rejects, so the CPU platform starts plain "gloo" first (verl then reuses it)."""
+    if cpu.active() and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="gloo", rank=int(os.environ.get("RANK", 0)),
+                                             world_size=int(os.environ.get("WORLD_SIZE", 1)))
+
+
+class PolicyTrainingWorker(TrainingWorker):
+    def __init__(self, config: Any):
+        cpu.patch_engine()
+        _init_process_group()
+        super().__init__(config)
+
+    def _full_state(self) -> dict[str, torch.Tensor]:
+        """Full (unsharded) weights on CPU; a collective: every rank calls it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        return get_model_state_dict(self.engine.module,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def _peft_model(self):
+        module = self.engine.module
+        return getattr(module, "_fsdp_wrapped_module", module)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def trained_weights(self) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """What this policy trains: (LoRA adapter in peft names, its adapter_config) or (all weights
+        in HF names, {}). Rank 0 returns it; the others return None."""
+        with self.engine.eval_mode(disable_auto_offload=False):
+            state = self._full_state()
+        if torch.distributed.get_rank() != 0:
+            return None
+        model = self._peft_model()
+        if hasattr(model, "peft_config"):
+            from peft import get_peft_model_state_dict
+
+            from pettingllms.rollout.engines.weights import plain_peft_config
+            adapter = get_peft_model_state_dict(model, state_dict=state)
+            return ({k: v.detach().clone() for k, v in adapter.items()},
+                    plain_peft_config(model.peft_config["default"]))
+        return {k: v.detach().clone() for k, v in state.items()}, {}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def export_pretrained(self, folder: str) -> None:
+        """A plain HF model folder (full fine-tuning) or a peft adapter folder (LoRA)."""
+        with self.engine.eval_mode(disable_auto_offload=False):
+            state = self._full_state()
+        if torch.distributed.get_rank() != 0:
+            return None
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        model = self._peft_model()
+        if hasattr(model, "peft_config"):
+            from peft import get_peft_model_state_dict
+            from safetensors.torch import save_file
+            adapter = get_peft_model_state_dict(model, state_dict=state)
+            save_file({k: v.contiguous() for k, v in adapter.items()}, str(out / "adapter_model.safetensors"))
+            model.peft_config["default"].save_pretrained(str(out))
+        else:
+            model.save_pretrained(str(out), state_dict=state)
+        (out / "exported_by.json").write_text(json.dumps({"backend": "verl", "world_size":
+                                                         torch.distributed.get_world_size()}))
+        return None

@@ -1,0 +1,143 @@
+"""Ray and verl configuration for trainer.backend=verl.
+
+`RayCluster` decides where verl's workers run (device, ranks per node, nodes) and the
+worker env that carries the CPU platform into them. `training_worker_config` maps our
+typed config onto verl's TrainingWorkerConfig; every GPU/CPU difference is a value of
+`trainer.verl`, `trainer.n_gpus_per_node` or `trainer.nnodes`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from pettingllms.config import ConfigError
+from pettingllms.policies.mapping import PolicySpec
+from pettingllms.policies.verl import cpu
+
+log = logging.getLogger(__name__)
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding `pettingllms/`
+
+
+@dataclass
+class RayCluster:
+    device: str  # "cpu" or "cuda"
+    n_per_node: int
+    nnodes: int
+    owns_ray: bool = False
+    worker_env: dict[str, str] = field(default_factory=dict)
+    _pool: Any = None
+
+    def resource_pool(self, colocate: int) -> Any:
+        """One pool for every policy's worker group: each rank's bundle is shared by `colocate`
+        groups (verl's colocation of actor/ref/critic), so N policies need no N x the devices."""
+        from verl.single_controller.ray import RayResourcePool
+
+        if self._pool is None:
+            self._pool = RayResourcePool(process_on_nodes=self.process_on_nodes, use_gpu=self.use_gpu,
+                                         name_prefix="pettingllms_", max_colocate_count=max(1, colocate))
+        return self._pool
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.device != "cpu"
+
+    @property
+    def world_size(self) -> int:
+        return self.n_per_node * self.nnodes
+
+    @property
+    def process_on_nodes(self) -> list[int]:
+        return [self.n_per_node] * self.nnodes
+
+    @staticmethod
+    def remote(cls: type) -> Any:
+        import ray
+        return ray.remote(cls)
+
+    @classmethod
+    def start(cls, cfg: Any) -> "RayCluster":
+        """Join (trainer.verl.ray_address) or start a local Ray, and pick the device."""
+        import ray
+
+        tr, vc = cfg.trainer, cfg.trainer.verl
+        n, nodes = int(tr.n_gpus_per_node), int(tr.nnodes)
+        if n < 1 or nodes < 1:
+            raise ConfigError(f"trainer.n_gpus_per_node ({n}) and trainer.nnodes ({nodes}) must be >= 1")
+        owns = False
+        if not ray.is_initialized():
+            address = str(vc.ray_address) or None
+            if address is None:
+                os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster
+                # Logical CPUs: each rank holds one; the machine's cores are shared by all of them.
+                ray.init(address="local", num_cpus=max(4, n * nodes + 2), include_dashboard=False,
+                         log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+            owns = True
+        device = str(vc.device)
+        if device == "auto":
+            device = "cuda" if ray.cluster_resources().get("GPU", 0) >= 1 else "cpu"
+        if device == "cpu" and nodes > 1:
+            log.warning("trainer.backend=verl on CPU across %d nodes: gloo over the network, slow", nodes)
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p),
+               "TOKENIZERS_PARALLELISM": "false"}
+        if device == "cpu":
+            env.update(cpu.worker_env(True))
+            env["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engine under cuda/npu only
+            env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+            cpu.activate_here(True)
+        return cls(device=device, n_per_node=n, nnodes=nodes, owns_ray=owns, worker_env=env)
+
+    def shutdown(self) -> None:
+        if self._pool is not None and self._pool.pgs:
+            from ray.util import remove_placement_group
+            for pg in self._pool.pgs:
+                remove_placement_group(pg)
+        self._pool = None
+        if self.owns_ray:
+            import ray
+            ray.shutdown()
+            self.owns_ray = False
+
+
+def _precision(dtype: str) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[str(dtype)]
+
+
+def training_worker_config(cfg: Any, spec: PolicySpec, model_path: str, adapter_dir: Optional[Path]) -> Any:
+    """verl's TrainingWorkerConfig for one policy."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
+
+    tr, vc = cfg.trainer, cfg.trainer.verl
+    lora: dict[str, Any] = {}
+    if spec.is_lora:
+        lora = dict(lora_rank=int(spec.lora.rank), lora_alpha=int(spec.lora.alpha),
+                    target_modules=list(spec.lora.target_modules), lora_adapter_path=str(adapter_dir))
+    model = HFModelConfig(
+        path=model_path, use_remove_padding=bool(vc.use_remove_padding),
+        enable_gradient_checkpointing=bool(cfg.model.gradient_checkpointing),
+        override_config={"attn_implementation": str(vc.attn_implementation)}, **lora)
+    mb = max(1, int(tr.micro_batch_size))
+    engine = FSDPEngineConfig(
+        strategy=str(vc.strategy), model_dtype=_precision(cfg.model.train_dtype),
+        # Trainable weights stay in train_dtype (fp32 master); compute runs in model.dtype, as local does.
+        mixed_precision={"param_dtype": _precision(cfg.model.dtype), "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        param_offload=bool(vc.param_offload), optimizer_offload=bool(vc.optimizer_offload),
+        use_dynamic_bsz=False, micro_batch_size_per_gpu=mb, infer_micro_batch_size_per_gpu=mb,
+        use_torch_compile=False, seed=int(cfg.seed), forward_only=False)
+    warmup = int(tr.warmup_steps)
+    clip = float(tr.grad_clip)
+    optim = FSDPOptimizerConfig(
+        lr=float(spec.lr), weight_decay=float(spec.weight_decay), betas=tuple(float(b) for b in tr.betas),
+        clip_grad=clip if clip > 0 else float("inf"), total_training_steps=int(tr.total_steps),
+        lr_warmup_steps=warmup, lr_scheduler_type=str(tr.lr_schedule), min_lr_ratio=float(tr.min_lr_ratio),
+        # verl's warmup starts at lr 0 on step 0; counting from 1 gives local's (s + 1) / warmup.
+        zero_indexed_step=warmup <= 0, override_optimizer_config={"eps": 1e-8})
+    ckpt = CheckpointConfig(save_contents=["model", "optimizer", "extra"], load_contents=["model", "optimizer", "extra"])
+    return TrainingWorkerConfig(model_type="language_model", model_config=model, engine_config=engine,
+                                optimizer_config=optim, checkpoint_config=ckpt)

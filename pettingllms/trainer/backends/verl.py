@@ -1,0 +1,43 @@
+"""`trainer.backend=verl`: each policy trains on a verl FSDP worker group on Ray; the rollout
+engine(s) stay as with `local` (HF in this process, or our vLLM engine with rollout.engine=vllm),
+so two policies never collide on verl's hybrid-engine actor names or IPC paths.
+
+Only `build_policies` and `close` differ from `local`: the policy workers are
+`pettingllms.policies.verl.VerlPolicyWorker`s, and the Ray cluster they run on is shut down
+with the backend (when this run started it).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from omegaconf import DictConfig
+
+from pettingllms.trainer.backends.local import LocalBackend
+
+
+class VerlBackend(LocalBackend):
+    name = "verl"
+
+    def __init__(self, cfg: DictConfig, env_factory: Callable[[], Any]) -> None:
+        super().__init__(cfg, env_factory)
+        self.cluster: Any = None
+
+    def build_policies(self, agents: list[str]) -> Any:
+        from pettingllms.policies.verl import build_verl_policies
+        from pettingllms.policies.verl.setup import RayCluster
+
+        self.cluster = RayCluster.start(self.cfg)
+        try:
+            self.policies = build_verl_policies(self.cfg, agents, self.cluster)
+        except BaseException:
+            self.cluster.shutdown()
+            raise
+        return self.policies
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.cluster is not None:
+                self.cluster.shutdown()
+                self.cluster = None

@@ -1,0 +1,163 @@
+"""trainer.backend=verl on CPU: the CPU platform shim, our samples as verl's batch, our loss
+inside verl with global normalisation, and update parity with the local PolicyWorker on
+1 and 2 ranks (real verl FSDP workers on Ray, gloo), full fine-tuning and LoRA."""
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+pytest.importorskip("verl")
+pytest.importorskip("ray")
+
+from pettingllms.algorithms.loss import ppo_loss  # noqa: E402
+from pettingllms.policies.verl import batch as vb  # noqa: E402
+from pettingllms.policies.verl import cpu  # noqa: E402
+from policy_helpers import make_cfg, make_samples  # noqa: E402
+from verl_helpers import ray_local  # noqa: E402,F401
+
+
+# ---------------------------------------------------------------- the CPU platform
+def test_cpu_platform_registers_with_gloo_and_a_device_name():
+    from verl.plugin.platform import PlatformRegistry
+
+    cpu.register()
+    platform = PlatformRegistry.get("cpu")()
+    assert platform.device_name == "cpu"
+    assert platform.communication_backend_name() == "gloo"
+    assert platform.device_module.get_device_name() == "cpu"
+    assert platform.device_module.is_available()
+    assert torch.zeros(2).to(platform.current_device()).device.type == "cpu"
+    assert not platform.is_platform_available(use_smi_check=True)  # never auto-picked on a GPU host
+    env = cpu.worker_env(True)
+    assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == cpu.MODULE
+    assert cpu.worker_env(False) == {}
+
+
+# ---------------------------------------------------------------- the batch layout
+def test_samples_become_verls_batch_without_retokenising():
+    samples = make_samples("a", [1.0, -0.5, 0.25], seed=3)
+    rows, mbs = vb.padded_rows(samples, 2)
+    assert rows == [0, 1, 2, None] and mbs == 1
+    assert vb.padded_rows(samples, 1, micro=2) == ([0, 1, 2, None], 2)
+    assert vb.padded_rows(make_samples("a", [0.0] * 9), 2, micro=4) == (list(range(9)) + [None] * 7, 4)
+    old = [s.logprobs for s in samples]
+    proto = vb.to_verl_batch(samples, rows, pad_id=0, temperature=0.7, old=old)
+    b = proto.batch
+    P = b["prompts"].shape[1]
+    for r, i in enumerate(rows):
+        s = samples[i if i is not None else 0]
+        p, n = len(s.prompt_ids), len(s.response_ids)
+        assert b["prompts"][r, P - p:].tolist() == s.prompt_ids  # left-padded prompt, engine ids
+        assert b["responses"][r, :n].tolist() == s.response_ids  # right-padded response
+        assert b["attention_mask"][r].sum().item() == p + n
+        real = i is not None
+        assert b["response_mask"][r, :n].tolist() == [1.0 if real else 0.0] * n
+        assert b["response_mask"][r, n:].sum() == 0
+        if real:
+            assert torch.allclose(b["advantages"][r, :n], torch.full((n,), s.advantage))
+            assert torch.allclose(b["old_log_probs"][r, :n], torch.tensor(s.logprobs))
+    # verl's own no-padding conversion; its slicing maps sequence position p-1+j to response token j
+    td = vb.to_tensordict(proto, calculate_entropy=False)
+    shifted = vb.response_values(td["input_ids"], td)
+    for r, i in enumerate(rows):
+        s = samples[i if i is not None else 0]
+        seq = s.prompt_ids + s.response_ids
+        p, n = len(s.prompt_ids), len(s.response_ids)
+        assert shifted[r, :n].tolist() == seq[p - 1: p - 1 + n]
+
+
+# ---------------------------------------------------------------- the loss inside verl
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_policy_loss_is_global_over_ranks_and_micro_batches(mode):
+    """Split a batch over 2 "ranks" x 2 micro-batches: the per-call losses verl sums (and FSDP
+    averages over ranks) add up to our loss on the whole batch."""
+    from tensordict import TensorDict
+
+    from verl.utils import tensordict_utils as tu
+
+    cfg = make_cfg({"algorithm": {"loss_agg": mode, "entropy_coef": 0.01, "kl_coef": 0.05}})
+    algo = vb.algo_dict(cfg.algorithm)
+    g = torch.Generator().manual_seed(0)
+    B, T = 8, 6
+    lens = torch.randint(1, T + 1, (B,), generator=g)
+    mask = (torch.arange(T)[None, :] < lens[:, None]).float()
+    lp = -torch.rand(B, T, generator=g) * 3
+    old = lp + 0.3 * torch.randn(B, T, generator=g)
+    ref = lp + 0.2 * torch.randn(B, T, generator=g)
+    ent = torch.rand(B, T, generator=g)
+    adv = torch.randn(B, generator=g)
+    whole, _ = ppo_loss(lp, old, adv, mask, algo, ref_logprobs=ref, entropy=ent)
+
+    import pettingllms.policies.verl.batch as mod
+    original = mod.response_values
+    mod.response_values = lambda t, td: t  # the model output here is already [B, T]
+    try:
+        dp, total = 2, 0.0
+        for rank in range(dp):
+            for micro in range(2):
+                idx = torch.arange(B)[rank * 4 + micro * 2: rank * 4 + micro * 2 + 2]
+                data = TensorDict({"response_mask": mask[idx], "advantages": adv[idx, None] * mask[idx],
+                                   "old_log_probs": old[idx], "ref_log_prob": ref[idx]}, batch_size=[2])
+                tu.assign_non_tensor(data, dp_size=dp, batch_num_tokens=float(mask.sum()), global_batch_size=B)
+                loss, _ = vb.policy_loss(algo, {"log_probs": lp[idx], "entropy": ent[idx]}, data)
+                total += float(loss)
+    finally:
+        mod.response_values = original
+    assert total / dp == pytest.approx(float(whole), rel=1e-5, abs=1e-7)
+
+
+# ---------------------------------------------------------------- parity with the local worker
+def _trained(worker, is_lora: bool) -> dict[str, torch.Tensor]:
+    """The local worker's trained weights under the names verl reports (peft / HF state-dict names)."""
+    if is_lora:
+        return worker._lora_base.adapter_state(worker.name)[0]
+    return {k: v.detach().clone() for k, v in worker.model.state_dict().items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_one_update_matches_local(ray_local, ranks, lora):
+    """Same samples, same initial weights: verl on 1 or 2 ranks gives local's loss (1e-5) and weights.
+
+    Tolerance: fp32 throughout. The two sides sum the same terms in a different order, so gradients
+    differ by ~N * 2^-24 relative (N <= 1e4 terms per reduction: < 1e-3). AdamW's first step is
+    lr * g / (|g| + eps), which turns a relative gradient error d into at most lr * d: so every
+    weight may differ by lr * 1e-3, plus fp32 rounding of the weight itself."""
+    from pettingllms.policies import resolve_policies
+    from pettingllms.policies.verl.setup import RayCluster
+    from pettingllms.policies.verl.worker import VerlPolicyWorker
+    from pettingllms.policies.worker import PolicyWorker
+
+    cfg = make_cfg({"trainer": {"n_gpus_per_node": ranks, "verl": {"device": "cpu"}},
+                    "algorithm": {"clip_low": 0.2, "clip_high": 0.28}}, lora=lora)
+    spec = resolve_policies(cfg, ["a"]).specs["shared"]
+    samples = make_samples("a", [1.0, -1.0, 0.5, -0.5, 2.0], seed=1)  # 5: padded to 6 on 2 ranks
+
+    local = PolicyWorker(spec, cfg, device=torch.device("cpu"))
+    start = _trained(local, lora)
+    m_local = local.update(samples, step=1)
+    end_local = _trained(local, lora)
+
+    cluster = RayCluster.start(cfg)
+    worker = VerlPolicyWorker(spec, cfg, cluster, name_prefix=f"parity{ranks}{int(lora)}_")
+    try:
+        start_v = worker.trained_weights()[0]
+        assert set(start_v) == set(start)
+        for k in start:  # the same initial weights (LoRA: the adapter local initialised, handed over)
+            torch.testing.assert_close(start_v[k].float(), start[k].float(), rtol=0, atol=0)
+        m_verl = worker.update(samples, step=1)
+        end_v = worker.trained_weights()[0]
+        assert worker.weight_update().kind == ("lora" if lora else "full")
+    finally:
+        worker.close()
+        cluster.shutdown()
+
+    assert m_verl["loss"] == pytest.approx(m_local["loss"], abs=1e-5)
+    lr = float(cfg.trainer.lr)
+    moved = 0
+    for k in start:
+        torch.testing.assert_close(end_v[k].float(), end_local[k].float(), rtol=1e-6, atol=lr * 1e-3)
+        moved += int(not torch.equal(end_local[k], start[k]))
+    assert moved > 0  # the update really changed weights on both sides
