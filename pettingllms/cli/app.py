@@ -186,7 +186,7 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
 
     train: `<output_dir>/<experiment>/<run>` where <run> is trainer.run_name or a fresh
     timestamp (the folder a checkpoint to resume lives in, for trainer.resume=PATH);
-    evaluate: `<output_dir>/<experiment>/eval/<timestamp>`. A sweep's jobs are numbered
+    evaluate (and the demo entry points): `<output_dir>/<experiment>/<kind>/<timestamp>`. A sweep's jobs are numbered
     folders inside, so they never share one.
     """
     from pettingllms.trainer.outputs import default_run_folder, fresh_dir
@@ -196,8 +196,8 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
     key = "hydra.sweep.dir" if cmd.multirun else "hydra.run.dir"
     out: list[str] = []
     if not _user_set(cmd.overrides, key):
-        if kind == "eval":
-            root = fresh_dir(experiment_dir / "eval")
+        if kind != "train":  # eval, serve, demo: a fresh folder for Hydra's log and record
+            root = fresh_dir(experiment_dir / kind)
         elif cmd.multirun:  # each job checks its own numbered folder (resume or refuse to overwrite)
             root = experiment_dir / first.trainer.run_name if first.trainer.run_name else fresh_dir(experiment_dir)
         else:
