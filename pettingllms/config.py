@@ -190,6 +190,9 @@ class TrainerConfig:
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
     starvation_warn_steps: int = 5  # warn when an agent's groups had zero variance this many steps in a row; 0: never
+    # metric sinks: console, jsonl (always on), tensorboard, wandb, mlflow (trainer/loggers.py)
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    project: str = "pettingllms"  # W&B project (runs grouped by `experiment`); an MLflow tag
 
 
 @dataclass
