@@ -45,6 +45,29 @@ class SamplingConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """rollout.engine=vllm (pettingllms/rollout/engines/vllm.py)."""
+    enforce_eager: bool = True  # True: ~10 s start-up, no graph compile; False: compile, faster decode
+    gpu_memory_utilization: float = 0.4  # GPU share for weights + KV cache (the trainer uses the rest)
+    sleep_mode: bool = False  # GPU: free the KV cache while policies train, wake before the next rollout
+    cpu_kvcache_gib: int = 4  # CPU build: KV cache size (VLLM_CPU_KVCACHE_SPACE), per engine
+    max_model_len: Optional[int] = None  # None: rollout.max_prompt_tokens + sampling.max_new_tokens
+    max_num_seqs: int = 256
+    logprobs_mode: str = "processed_logprobs"  # logprobs under the distribution sampled from
+
+
+@dataclass
+class OpenAIConfig:
+    """rollout.engine=openai: any OpenAI-compatible server (pettingllms/rollout/engines/openai.py)."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = ""  # served model name; empty: the server's first model
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this env var (never from config)
+    timeout_s: float = 120.0
+    max_concurrency: int = 16  # requests in flight at once
+    policy_models: dict[str, str] = field(default_factory=dict)  # policy -> served model (L2/L3)
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "hf"  # hf | vllm | openai
     strategy: str = "tree"  # tree (AT-GRPO) | flat (K independent episodes) | autoevol (MetaAgent-X)
@@ -54,6 +77,8 @@ class RolloutConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     env_workers: int = 2  # threads stepping env branches (sandbox work runs in subprocesses)
     engine_options: dict[str, Any] = field(default_factory=dict)  # backend-specific
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)
 
 
 @dataclass
@@ -69,8 +94,10 @@ class EnvConfig:
 
 @dataclass
 class RewardConfig:
+    """A candidate's reward: team_weight * team reward + local_weight * the acting agent's own
+    (local) reward, the paper's team + local mix; README "Algorithm" says why both are on."""
     team_weight: float = 1.0
-    local_weight: float = 0.0
+    local_weight: float = 0.5
 
 
 @dataclass
@@ -128,11 +155,25 @@ class VerlConfig:
 
 
 @dataclass
+class RayConfig:
+    """trainer.backend=ray (pettingllms/trainer/backends/ray.py)."""
+    address: str = "local"  # local: start a private Ray; auto: join `ray start`; or HOST:PORT
+    num_rollout_workers: int = 1  # Ray actors, each with its own engine and env/sandbox pool
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    num_cpus: Optional[int] = None  # local Ray only: CPUs it may use (None: all)
+    step_timeout_s: float = 1800.0  # a rollout slower than this fails the step (never a hang)
+    env_vars: dict[str, str] = field(default_factory=dict)  # extra env vars for the workers
+    worker_imports: list[str] = field(default_factory=list)  # modules each worker imports first (custom envs)
+
+
+@dataclass
 class TrainerConfig:
     backend: str = "local"  # local | ray | verl
     n_gpus_per_node: int = 1  # backend=verl: ranks per node (GPUs; processes on CPU)
     nnodes: int = 1  # backend=verl: nodes of the Ray cluster
     verl: VerlConfig = field(default_factory=VerlConfig)
+    device: str = "auto"  # policy workers and the HF engine: auto (cuda if present) | cpu | cuda[:N]
     total_steps: int = 20
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -158,6 +199,10 @@ class TrainerConfig:
     threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
     keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
     save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
+    starvation_warn_steps: int = 5  # warn when an agent's groups had zero variance this many steps in a row; 0: never
+    # metric sinks: console, jsonl (always on), tensorboard, wandb, mlflow (trainer/loggers.py)
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    project: str = "pettingllms"  # W&B project (runs grouped by `experiment`); an MLflow tag
 
 
 @dataclass
@@ -219,6 +264,7 @@ class ExperimentConfig:
     agents: dict[str, str] = field(default_factory=dict)
     agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     sft: SftConfig = field(default_factory=SftConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
@@ -270,6 +316,7 @@ def validate(cfg: Any) -> DictConfig:
 _CHOICES = {
     "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
     "rollout.strategy": ("tree", "flat", "autoevol"),
+    "rollout.vllm.logprobs_mode": ("processed_logprobs", "raw_logprobs"),
     "algorithm.advantage": ("grpo", "agent_norm", "mean_only"),
     "algorithm.loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
     "algorithm.old_logprobs": ("recompute", "engine"),

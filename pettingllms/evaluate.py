@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.cli.args import run_main
+from pettingllms.cli.app import JobInfo, run_main
 from pettingllms.config import ConfigError
 
 
@@ -72,13 +72,16 @@ def settings_hash(cfg: DictConfig, checkpoint: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
-def output_path(cfg: DictConfig, checkpoint: str, digest: str) -> Path:
-    """eval_<env>_<split>_k<K>_<settings hash>.json: never the file of an eval with other settings."""
+def output_path(cfg: DictConfig, checkpoint: str, digest: str, job_dir: Path | None = None) -> Path:
+    """eval_<env>_<split>_k<K>_<settings hash>.json: never the file of an eval with other settings.
+    Next to the checkpoint; for the base model in the command's job folder (`job_dir`)."""
     if cfg.eval.output:
         return Path(cfg.eval.output)
     name = f"eval_{cfg.env.name}_{cfg.eval.split}_k{cfg.eval.k}_{digest}.json"
     if checkpoint:
         return Path(checkpoint) / name
+    if job_dir is not None:
+        return Path(job_dir) / name
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(cfg.trainer.output_dir) / str(cfg.experiment) / "eval" / f"base_{stamp}_{name}"
 
@@ -96,12 +99,12 @@ def refuse_other_settings(out: Path, digest: str) -> None:
                           f"choose another file")
 
 
-def _evaluate(cfg: DictConfig) -> int:
+def _evaluate(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.trainer.evaluation import format_table
 
     checkpoint = str(_resolve_checkpoint(cfg.eval.checkpoint)) if cfg.eval.checkpoint else ""
     digest = settings_hash(cfg, checkpoint)
-    out = output_path(cfg, checkpoint, digest)
+    out = output_path(cfg, checkpoint, digest, job.output_dir if job else None)
     refuse_other_settings(out, digest)  # before the (long) evaluation
     result = run_evaluation(cfg)
     result["settings_hash"] = digest
@@ -117,7 +120,7 @@ def _evaluate(cfg: DictConfig) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_main(argv, prog="pettingllms.evaluate", default_config="quickstart",
                     what="Evaluate a base model or a checkpoint: avg@k and pass@k per env and benchmark.",
-                    body=_evaluate)
+                    kind="eval", body=_evaluate)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ class Sample:
     candidate: int = 0  # index among the K candidates drawn from the same prompt
     committed: bool = False  # tree strategy: this candidate's branch was kept
     group_key: GroupKey = ()
-    # reward parts: reward = team_weight * team_reward + local_weight * local_reward
+    # reward parts: reward = team_weight * team_reward + local_weight * local_reward (the
+    # flat strategy then replaces reward by its episode's return; see rollout/strategies/flat.py)
     team_reward: float = 0.0
     local_reward: float = 0.0
     reward: float = 0.0

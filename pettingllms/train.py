@@ -4,6 +4,8 @@
     python -m pettingllms.train --config-name math_L1_prompt trainer.total_steps=5 rollout.k=8
     python -m pettingllms.train --config-name quickstart --dry-run     # print the config, exit
     python -m pettingllms.train --config-name quickstart trainer.run_name=a trainer.resume=auto
+    python -m pettingllms.train -m seed=0,1,2 algorithm=at_grpo,grpo hydra/launcher=joblib
+The command line is Hydra's (see pettingllms/cli/app.py); the run folder is Hydra's run dir.
 """
 from __future__ import annotations
 
@@ -12,20 +14,20 @@ from typing import Sequence
 
 from omegaconf import DictConfig
 
-from pettingllms.cli.args import run_main
+from pettingllms.cli.app import JobInfo, run_main
 
 
-def _train(cfg: DictConfig) -> int:
+def _train(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.trainer.local import train
 
-    train(cfg)
+    train(cfg, run_dir=job.output_dir if job else None)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_main(argv, prog="pettingllms.train", default_config="quickstart",
                     what="Train multi-agent LLM policies (AT-GRPO and baselines) from a Hydra config.",
-                    body=_train)
+                    kind="train", body=_train)
 
 
 if __name__ == "__main__":

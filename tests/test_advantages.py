@@ -88,3 +88,37 @@ def test_accepts_schema_config():
     samples = [_s(1.0), _s(0.0)]
     compute_advantages(samples, make_cfg(algorithm={"advantage": "mean_only"}).algorithm)
     assert [s.advantage for s in samples] == [0.5, -0.5]
+
+
+def test_agent_norm_without_agent_in_group_by_is_finite():
+    # group_by [problem]: one group mixes two agents. Agent "t" has equal rewards everywhere
+    # (std 0); before, its samples were centred on the mixed group mean and divided by eps
+    # (an advantage of ~250,000). Now each agent is centred on its own mean in the group.
+    key = ("p",)
+    samples = [_s(0.5, key=key, agent="t"), _s(0.5, key=key, agent="t"),
+               _s(1.0, key=key, agent="r"), _s(0.0, key=key, agent="r")]
+    compute_advantages(samples, _cfg("agent_norm"))
+    # r: rewards 1, 0 -> mean 0.5, unbiased std 0.7071068 -> +-0.5 / (0.7071068 + 1e-6)
+    assert [s.advantage for s in samples] == pytest.approx([0.0, 0.0, 0.7071058, -0.7071058], abs=1e-6)
+
+
+@pytest.mark.parametrize("group_by", [(), ("problem",), ("turn",), ("problem", "turn")])
+def test_agent_norm_bounded_for_any_grouping(group_by):
+    # |A| <= sqrt(2 (n - 1)) for n samples of an agent: its deviation from any sub-mean is at
+    # most its range, and the unbiased std is at least range / sqrt(2 (n - 1)).
+    import random
+
+    from pettingllms.algorithms.grouping import group_key
+    rng = random.Random(0)
+    samples = []
+    for i in range(60):
+        agent, problem, turn = rng.choice("ab"), rng.choice("pq"), rng.randint(0, 1)
+        # agent a: (almost) constant rewards, the case that divided by eps; b: spread out
+        reward = 0.5 + 1e-9 * rng.random() if agent == "a" else rng.choice([0.0, 1.0]) + rng.random()
+        samples.append(Sample(agent=agent, turn=turn, problem_id=problem, episode_id="e", prompt_ids=[],
+                              response_ids=[], logprobs=[], reward=reward,
+                              group_key=group_key(problem, turn, agent, group_by)))
+    compute_advantages(samples, _cfg("agent_norm"))
+    for agent in "ab":
+        n = sum(s.agent == agent for s in samples)
+        assert max(abs(s.advantage) for s in samples if s.agent == agent) <= math.sqrt(2 * (n - 1))

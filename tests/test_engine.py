@@ -288,9 +288,12 @@ def test_build_engine_from_config() -> None:
     unchecked.rollout.engine_options = bad["rollout"]["engine_options"]
     with pytest.raises(ValueError, match="gpu_memory"):  # and by the builder, for unchecked configs
         build_engine(unchecked)
-    for name in ("vllm", "openai"):
-        with pytest.raises(NotImplementedError, match="GPU-backend extra"):
-            build_engine(validate(OmegaConf.create({"rollout": {"engine": name}})))
+    for name in ("vllm", "openai"):  # their settings live in typed blocks, rollout.vllm / rollout.openai
+        with pytest.raises(ConfigError, match=f"for engine '{name}'"):
+            validate(OmegaConf.create({"rollout": {"engine": name, "engine_options": {"x": 1}}}))
+        unchecked.rollout.engine = name
+        with pytest.raises(ValueError, match=f"engine '{name}' takes rollout.{name}"):
+            build_engine(unchecked)
     with pytest.raises(ConfigError, match="invalid value 'hff' for 'rollout.engine' \\(did you mean 'hf'\\?\\)"):
         validate(OmegaConf.create({"rollout": {"engine": "hff"}}))
 

@@ -145,12 +145,19 @@ def test_single_agent_variant():
     env = make_env("math_single", max_turns=2)
     env.reset(PROBLEM, seed=0)
     assert env.agents == ("reasoner",)
-    assert env.step("reasoner", "maybe \\boxed{6}").local_reward == 0.0
+    # No answer in the reply: another turn, which shows that nothing was read.
+    assert env.step("reasoner", "let me think about it").local_reward == 0.0
     env.end_turn()
-    assert not env.done and "Your last answer: 6" in user_text(env, "reasoner")
+    assert not env.done and "Your last answer:" in user_text(env, "reasoner")
     assert env.step("reasoner", "\\boxed{7}").local_reward == 1.0
     env.end_turn()
     assert env.done and env.success
+    # An answer, right or wrong, ends the episode at once (no gold answer decides it).
+    for reply, right in (("\\boxed{6}", False), ("\\boxed{7}", True)):
+        env = make_env("math_single", max_turns=3)
+        env.reset(PROBLEM, seed=0)
+        env.step("reasoner", reply)
+        assert env.done and env.success is right and env.turn == 0
 
 
 def test_program_and_answer_extraction():

@@ -22,10 +22,12 @@ def test_the_recipes_named_in_the_issues_exist():
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)
 def test_shell_recipe_dry_runs(script):
-    r = subprocess.run(["bash", script, "--dry-run"], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                       timeout=180)
+    """Each recipe composes, and accepts the scale-out overrides (Ray workers, vLLM engines)."""
+    r = subprocess.run(["bash", script, "trainer.backend=ray", "rollout.engine=vllm", "--dry-run"], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, f"{script} --dry-run failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     assert "experiment:" in r.stdout and "trainer:" in r.stdout, f"{script} printed no config"
+    assert "backend: ray" in r.stdout and "engine: vllm" in r.stdout, f"{script} dropped the overrides"
 
 
 @pytest.mark.parametrize("script", PY_SCRIPTS)

@@ -20,7 +20,9 @@ from trainer_fixtures import ENV_NAME, RandomTokenEngine, trainer_cfg
 REQUIRED = ["step", "reward/mean", "timing/step_s", "reward/writer/mean", "reward/checker/mean",
             "episode/success_rate", "advantage/mean", "advantage/std", "train/loss", "train/grad_norm",
             "train/lr", "train/old_logprob_mismatch_mean", "timing/generate_s", "timing/env_s",
-            "timing/logprob_s", "timing/update_s", "timing/other_s", "tokens/response", "tokens/prompt"]
+            "timing/logprob_s", "timing/update_s", "timing/other_s", "tokens/response", "tokens/prompt",
+            "groups/zero_var_frac/writer", "groups/zero_var_frac/checker", "advantage/abs_mean/writer",
+            "advantage/abs_mean/checker"]
 
 
 @pytest.fixture(scope="module")

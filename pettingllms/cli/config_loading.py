@@ -23,7 +23,8 @@ from pettingllms.config import ConfigError, ExperimentConfig, validate
 CONFIG_GROUPS = ("model", "rollout", "algorithm", "trainer", "policies", "env")
 
 # Schema fields whose children are free-form (checked by the component that owns them).
-_FREE_FORM = ("policies", "agents", "env.options", "rollout.engine_options")
+_FREE_FORM = ("policies", "agents", "env.options", "rollout.engine_options", "rollout.openai.policy_models",
+              "ray.env_vars")
 
 
 def config_dir() -> Path:

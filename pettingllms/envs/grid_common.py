@@ -62,6 +62,15 @@ def choose_tier(rng: Any, tiers: dict[str, tuple]) -> tuple[str, tuple]:
     return name, tiers[name][:-1]
 
 
+def preset_of(out_dir: Any, preset: str | None, presets: dict[str, Any]) -> str:
+    """The data preset named, else the one the folder name ends with (datasets/sudoku_easy ->
+    easy), else "default"; so `env.data=<env>_easy` builds the easy level on first use."""
+    name = preset or ("easy" if Path(out_dir).name.endswith("_easy") else "default")
+    if name not in presets:
+        raise ValueError(f"unknown data preset {name!r}; choose from {sorted(presets)}")
+    return name
+
+
 def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any]], *, n_train: int,
                  n_test: int, seed: int = 0, key: tuple[str, ...] = ("puzzle",)) -> dict[str, Any]:
     """Write train.parquet / test.parquet of procedurally generated rows and report them.
@@ -469,7 +478,9 @@ class MoveGridEnv(GridTaskEnv):
 
 def register_variants(name: str, env_class: type) -> tuple[type, type]:
     """Register `name` (tool + plan) and `name`_single (one `plan` agent doing the whole task)."""
-    mas = register_env(name)(type(f"{env_class.__name__}MAS", (env_class,), {"agents": ("tool", "plan")}))
+    # __module__: the env's own package, which is where its data builder is found (components.py)
+    home = {"__module__": env_class.__module__}
+    mas = register_env(name)(type(f"{env_class.__name__}MAS", (env_class,), {"agents": ("tool", "plan"), **home}))
     single = register_env(f"{name}_single")(type(f"{env_class.__name__}Single", (env_class,),
-                                                 {"agents": ("plan",), "single_agent": True}))
+                                                 {"agents": ("plan",), "single_agent": True, **home}))
     return mas, single

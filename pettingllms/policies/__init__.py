@@ -72,7 +72,7 @@ class PolicySet:
 def build_policies(cfg: Any, agents: Sequence[str]) -> PolicySet:
     """Resolve the mapping and build the workers; LoRA policies on one base share one model."""
     from pettingllms.policies.lora import SharedLoraBase
-    from pettingllms.policies.worker import PolicyWorker, load_model
+    from pettingllms.policies.worker import PolicyWorker, config_device, load_model
     from pettingllms.utils.models import torch_dtype
 
     plan = resolve_policies(cfg, agents)
@@ -83,7 +83,7 @@ def build_policies(cfg: Any, agents: Sequence[str]) -> PolicySet:
         if spec.is_lora and spec.model_key.startswith("lora-base:"):
             lora_base = shared_bases.get(spec.model_key)
             if lora_base is None:
-                base = load_model(spec.base, torch_dtype(cfg.model.dtype))
+                base = load_model(spec.base, torch_dtype(cfg.model.dtype), config_device(cfg))
                 lora_base = SharedLoraBase(base, spec.base, torch_dtype(cfg.model.train_dtype))
                 shared_bases[spec.model_key] = lora_base
         workers[name] = PolicyWorker(spec, cfg, lora_base=lora_base)

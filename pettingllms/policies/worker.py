@@ -33,7 +33,7 @@ from pettingllms.policies.lora import SharedLoraBase
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.records import Sample
 from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
-from pettingllms.utils.models import load_causal_lm, torch_dtype
+from pettingllms.utils.models import load_causal_lm, resolve_device, torch_dtype
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,13 @@ def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
             for k in keys}
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def config_device(cfg: Any) -> torch.device:
+    trainer = getattr(cfg, "trainer", None)
+    return resolve_device(str(getattr(trainer, "device", "auto") or "auto"))
 
 
 def load_model(path: str, dtype: torch.dtype, device: torch.device | None = None) -> torch.nn.Module:
-    return load_causal_lm(path, dtype, device=str(device or default_device()))
+    return load_causal_lm(path, dtype, device=str(device or resolve_device("auto")))
 
 
 def lr_lambda(warmup_steps: int, total_steps: int, min_lr_ratio: float, schedule: str):
@@ -104,7 +105,7 @@ class PolicyWorker:
                  device: Optional[torch.device] = None):
         self.spec, self.cfg, self.name = spec, cfg, spec.name
         self.trainable = True
-        self.device = device or default_device()
+        self.device = device or config_device(cfg)
         self.dtype = torch_dtype(cfg.model.dtype)
         self.train_dtype = torch_dtype(cfg.model.train_dtype)
         self.algo, self.trainer = cfg.algorithm, cfg.trainer

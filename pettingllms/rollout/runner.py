@@ -69,7 +69,7 @@ def _sampling_dict(node: Any) -> dict[str, Any]:
     return out
 
 
-def _unique_keys(problems: list[dict[str, Any]]) -> list[str]:
+def unique_keys(problems: list[dict[str, Any]]) -> list[str]:
     """Problem ids, made unique within the batch so two draws of one problem never share a group."""
     keys, seen = [], set()
     for i, p in enumerate(problems):
@@ -111,10 +111,17 @@ class Rollout:
         )
 
     def run(self, problems: list[dict[str, Any]], seed: int, k: int | None = None, *,
-            step: int = 0) -> Batch:
-        """Play every problem to the end (env.done or max_turns); return all episodes."""
+            step: int = 0, keys: list[str] | None = None) -> Batch:
+        """Play every problem to the end (env.done or max_turns); return all episodes.
+
+        `keys` (one per problem, unique) replaces the problem keys derived here: a caller that
+        splits one batch across workers passes the whole batch's keys, so groups and seeds stay
+        what they would be in one process."""
         st = self._settings(k)
-        tracks = self._start(problems, seed, st)
+        keys = unique_keys(problems) if keys is None else list(keys)
+        if len(keys) != len(problems) or len(set(keys)) != len(keys):
+            raise ValueError("Rollout.run: keys must be unique, one per problem")
+        tracks = self._start(problems, keys, seed, st)
         if not tracks:
             return Batch(step=step)
         agents = tuple(tracks[0].env.agents)
@@ -140,12 +147,13 @@ class Rollout:
             traj = tr.episode.trajectory
             traj.team_reward = float(tr.env.team_reward())
             traj.success = bool(tr.env.success)
+            st.strategy.finish(tr.episode, st.team_weight, st.local_weight)
         return Batch(step=step, episodes=[tr.episode for tr in tracks])
 
-    def _start(self, problems: list[dict[str, Any]], seed: int, st: _Settings) -> list[_Track]:
+    def _start(self, problems: list[dict[str, Any]], keys: list[str], seed: int, st: _Settings) -> list[_Track]:
         tracks: list[_Track] = []
         agents: tuple[str, ...] | None = None
-        for problem, key in zip(problems, _unique_keys(problems)):
+        for problem, key in zip(problems, keys):
             env = self.env_factory()
             env.reset(problem, derive_seed(seed, key, "reset"))
             if agents is None:

@@ -69,10 +69,20 @@ def policy_bases(policy_set: Any) -> dict[str, str]:
     return out
 
 
-def build_rollout_engine(cfg: DictConfig, bases: dict[str, str]) -> Any:
+def policy_lora_ranks(policy_set: Any) -> dict[str, int]:
+    """policy name -> LoRA rank for the LoRA policies (engines that serve adapters need them)."""
+    out = {}
+    for name, worker in policy_set.workers.items():
+        spec = getattr(worker, "spec", None)
+        if spec is not None and spec.is_lora:
+            out[name] = int(spec.lora.rank)
+    return out
+
+
+def build_rollout_engine(cfg: DictConfig, bases: dict[str, str], lora_ranks: dict[str, int] | None = None) -> Any:
     from pettingllms.rollout.engines import build_engine
 
     try:
-        return build_engine(cfg, bases)
+        return build_engine(cfg, bases, lora_ranks)
     except NotImplementedError as e:  # a backend that is declared but not built yet
         raise ConfigError(str(e)) from None

@@ -26,12 +26,12 @@ from pettingllms.policies.mapping import role_lrs_at
 from pettingllms.sandbox import sandbox_counts
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
-from pettingllms.trainer import run_folder
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
+from pettingllms.trainer.loggers import check_loggers
 from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_metrics,
-                                         sandbox_warning, timing_sum)
-from pettingllms.trainer.outputs import RunOutputs, new_run_dir, summary_line
+                                         sandbox_warning, starved_agents, timing_sum)
+from pettingllms.trainer.outputs import RunOutputs, resolve_run
 from pettingllms.trainer.timing import Stopwatch
 from pettingllms.utils.seeding import derive_seed, restore_rng_state, set_seed
 from pettingllms.utils.threads import apply_threads
@@ -69,65 +69,41 @@ def check_role_lr(cfg: DictConfig, agents: list[str]) -> None:
         raise ConfigError("trainer.role_lr.swap_every must be >= 0")
 
 
-def resolve_run(cfg: DictConfig) -> tuple[Path, Path | None]:
-    """The run folder and the checkpoint to resume from (None for a fresh start)."""
-    resume = str(cfg.trainer.resume)
-    if resume in ("", "none"):
-        return new_run_dir(cfg), None
-    if resume == "auto":
-        if not cfg.trainer.run_name:
-            raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name "
-                              "(or pass trainer.resume=PATH to a checkpoint folder)")
-        run_dir = Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
-        latest = ckpt_io.latest_checkpoint(run_dir)
-        if latest is None:
-            run_folder.start_fresh_in(run_dir)
-            return run_dir, None
-        run_folder.check_resume_config(run_dir, cfg, latest)
-        return run_dir, latest
-    path = Path(resume)
-    if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: take its latest
-        latest = ckpt_io.latest_checkpoint(path)
-        if latest is None:
-            raise ConfigError(f"trainer.resume={resume}: no complete checkpoint in that run folder")
-        run_folder.check_resume_config(path, cfg, latest)
-        return path, latest
-    if not ckpt_io.is_complete(path):
-        raise ConfigError(f"trainer.resume={resume}: not a complete checkpoint folder")
-    if path.parent.name != "checkpoints":
-        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
-    run_folder.check_resume_config(path.parent.parent, cfg, path)
-    return path.parent.parent, path
-
-
 class LocalTrainer:
-    """`engine` replaces the configured one (tests, or an engine living elsewhere; backend=local)."""
+    """`engine` replaces the configured one (tests, or an engine living elsewhere; backend=local);
+    `run_dir` is the run folder the command line chose (default: see outputs.resolve_run)."""
 
-    def __init__(self, cfg: DictConfig, engine: Any = None) -> None:
+    def __init__(self, cfg: DictConfig, engine: Any = None, run_dir: Path | None = None) -> None:
         from pettingllms.trainer.backends import make_backend
 
+        check_loggers(cfg)
         self.cfg = cfg
         tr = cfg.trainer
         apply_threads(tr.threads)
         set_seed(int(cfg.seed), bool(tr.deterministic))
         quiet_hf_progress()
-        self.run_dir, resume_from = resolve_run(cfg)
+        self.run_dir, resume_from = resolve_run(cfg, run_dir)
 
         self.env_factory = comp.make_env_factory(cfg)
         self.agents = list(self.env_factory().agents)
         self.problems = comp.load_problems(cfg, "train", cfg.env.train_limit)
         self.order = DataOrder(len(self.problems), int(cfg.seed))
         self.backend = make_backend(cfg, self.env_factory, engine=engine)
-        self.policies = self.backend.build_policies(self.agents)
-        self.workers: dict[str, Any] = dict(self.policies.workers)
-        self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
-        check_phases(cfg, list(self.workers))
-        check_role_lr(cfg, self.agents)
-        if resume_from is None and str(tr.init_from):  # e.g. the SFT cold start; a resume wins
-            init = ckpt_io.resolve_checkpoint(str(tr.init_from), "trainer.init_from")
-            ckpt_io.load_policies(init, self.workers, weights_only=True)
-            log.info("policies start from %s", init)
-        self.backend.start(comp.policy_bases(self.policies))
+        try:  # engines, Ray actors: nothing started here outlives a failed set-up
+            self.policies = self.backend.build_policies(self.agents)
+            self.workers: dict[str, Any] = dict(self.policies.workers)
+            self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
+            check_phases(cfg, list(self.workers))
+            check_role_lr(cfg, self.agents)
+            if resume_from is None and str(tr.init_from):  # e.g. the SFT cold start; a resume wins
+                init = ckpt_io.resolve_checkpoint(str(tr.init_from), "trainer.init_from")
+                ckpt_io.load_policies(init, self.workers, weights_only=True)
+                log.info("policies start from %s", init)
+            self.backend.start(comp.policy_bases(self.policies))
+            self.backend.check_trainable()
+        except BaseException:
+            self.backend.close()
+            raise
         self.rollout = self.backend.runner(cfg)
 
         self.step = 0
@@ -142,8 +118,8 @@ class LocalTrainer:
             log.info("resuming %s from step %d", self.run_dir, self.step)
         self.backend.sync_weights()
         self._val_problems: list[dict[str, Any]] | None = None
-        self.outputs = RunOutputs(self.run_dir, cfg, self.history, bool(tr.log_tensorboard),
-                                  purge_step=self.step + 1 if resume_from is not None else None)
+        self.outputs = RunOutputs(self.run_dir, cfg, self.history,
+                                  resume_step=self.step if resume_from is not None else None)
         if rng_state is not None:  # last, after everything that draws random numbers at build time
             restore_rng_state(rng_state)
 
@@ -157,6 +133,7 @@ class LocalTrainer:
         with sw.section("rollout"):
             batch = self.rollout.run(problems, seed=rollout_seed(cfg.seed, step), step=step)
         batch.step = step
+        self.backend.pause_engines()
         with sw.section("advantages"):
             from pettingllms.algorithms.advantages import compute_advantages
             compute_advantages(batch.samples, cfg.algorithm)
@@ -238,10 +215,12 @@ class LocalTrainer:
                     metrics["timing/val_s"] = time.perf_counter() - t0
                 metrics["time/elapsed_s"] = time.perf_counter() - t_run
                 self.history.append(metrics)
-                self.outputs.log_metrics(metrics)
                 bar.update(1)
-                line = summary_line(metrics, total)
-                (bar.write(line, file=sys.stderr) if not bar.disable else print(line, flush=True))
+                self.outputs.log_metrics(metrics)
+                for agent, streak in starved_agents(self.history, self.agents, int(tr.starvation_warn_steps)):
+                    log.warning("agent '%s' has had no learning signal for %d steps: every group of its "
+                                "samples had equal rewards (groups/zero_var_frac/%s = 1). Check its local "
+                                "reward and reward.local_weight, or raise rollout.k", agent, streak, agent)
                 if (int(tr.save_freq) > 0 and step % int(tr.save_freq) == 0) or step == stop:
                     self.save()
         finally:
@@ -253,9 +232,9 @@ class LocalTrainer:
         self.backend.close()
 
 
-def train(cfg: DictConfig) -> Path:
+def train(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     """Run training to the end; returns the run folder."""
-    trainer = LocalTrainer(cfg)
+    trainer = LocalTrainer(cfg, run_dir=run_dir)
     try:
         trainer.fit()
     finally:

@@ -7,6 +7,10 @@ Names (all floats unless noted):
   advantage/{mean,std,abs_mean,nonzero_frac,min,max}
   groups/count, groups/mixed_frac    share of groups whose rewards are not all equal
                                      (only those carry a learning signal)
+  groups/zero_var_frac/<agent>       share of the groups holding <agent>'s samples whose
+                                     rewards are all equal (or that hold one sample /
+                                     episode): 1.0 means the agent got no signal this step
+  advantage/abs_mean/<agent>         mean |advantage| of <agent>'s samples
   tokens/{prompt,response,response_mean}, samples/count, samples/truncated_frac
   sandbox/runs, sandbox/errors, sandbox/errors/<kind>   programs run in the sandbox this
                                      step and how many it stopped, by kind (timeout, memory,
@@ -21,6 +25,7 @@ import math
 from collections import defaultdict
 from typing import Any, Iterable
 
+from pettingllms.algorithms.advantages import stat_values
 from pettingllms.records import Batch, Sample
 
 
@@ -71,6 +76,8 @@ def batch_metrics(batch: Batch, agents: Iterable[str] = ()) -> dict[str, float]:
     m["groups/count"] = float(len(groups))
     m["groups/mixed_frac"] = _mean([1.0 if len(set(r)) > 1 else 0.0 for r in groups.values()])
 
+    m.update(agent_signal_metrics(samples, list(agents) or sorted(by_agent)))
+
     m["samples/count"] = float(len(samples))
     m["samples/truncated_frac"] = _mean([1.0 if s.finish_reason == "length" else 0.0 for s in samples])
     m["tokens/prompt"] = float(sum(len(s.prompt_ids) for s in samples))
@@ -103,6 +110,43 @@ def timing_sum(reports: dict[str, dict[str, Any]], suffix: str) -> float:
             if k.endswith(suffix) and isinstance(v, (int, float)):
                 total += float(v)
     return total
+
+
+def agent_signal_metrics(samples: list[Sample], agents: list[str]) -> dict[str, float]:
+    """Per agent: how many of its groups were flat (no learning signal) and how large its
+    advantages were. A group counts for every agent with a sample in it."""
+    groups: dict[tuple, list[Sample]] = defaultdict(list)
+    for s in samples:
+        groups[tuple(s.group_key)].append(s)
+    flat: dict[str, list[float]] = defaultdict(list)
+    for members in groups.values():
+        values = stat_values(members)
+        zero = 1.0 if len(values) < 2 or max(values) == min(values) else 0.0
+        for agent in {s.agent for s in members}:
+            flat[agent].append(zero)
+    m: dict[str, float] = {}
+    for agent in agents:
+        m[f"groups/zero_var_frac/{agent}"] = _mean(flat.get(agent, []))
+        m[f"advantage/abs_mean/{agent}"] = _mean([abs(float(s.advantage)) for s in samples if s.agent == agent])
+    return m
+
+
+def starved_agents(history: list[dict[str, Any]], agents: Iterable[str], steps: int) -> list[tuple[str, int]]:
+    """(agent, streak) for agents whose groups all had zero variance in each of the last
+    `steps` logged steps (and again every further `steps`); read from the metrics history,
+    so a resumed run counts the same way. `steps` <= 0 disables the check."""
+    out = []
+    if steps <= 0:
+        return out
+    for agent in agents:
+        key, streak = f"groups/zero_var_frac/{agent}", 0
+        for row in reversed(history):
+            if row.get(key) != 1.0:
+                break
+            streak += 1
+        if streak and streak % steps == 0:
+            out.append((agent, streak))
+    return out
 
 
 def counter_delta(before: dict[str, int], after: dict[str, int], prefix: str

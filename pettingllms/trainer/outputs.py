@@ -2,22 +2,35 @@
 
     config.yaml                 the resolved config
     metrics.jsonl               one JSON object per step
-    tensorboard/                TensorBoard event files
+    tensorboard/                TensorBoard event files (trainer.logger: see loggers.py)
+    wandb/ mlflow.db loggers.json  W&B and MLflow runs, when trainer.logger lists them
     trajectories/step_<N>.jsonl the step's episodes (pettingllms.records.Episode)
     checkpoints/step_NNNNNN/    see checkpoint.py (six-digit step)
 """
 from __future__ import annotations
 
-import json
-import math
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from pettingllms.config import ConfigError
 from pettingllms.records import Episode, write_jsonl
-from pettingllms.trainer.run_folder import refuse_used_folder
+from pettingllms.trainer import run_folder
+from pettingllms.trainer.loggers import finite
+
+# What Hydra writes into its run dir before the job starts (the job is named after the program).
+HYDRA_FILES = (".hydra", "train.log")
+
+
+def fresh_dir(root: Path) -> Path:
+    """A timestamped folder under `root` that does not exist yet."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run, n = Path(root) / stamp, 1
+    while run.exists():
+        run, n = Path(root) / f"{stamp}-{n}", n + 1
+    return run
 
 
 def new_run_dir(cfg: DictConfig) -> Path:
@@ -25,47 +38,79 @@ def new_run_dir(cfg: DictConfig) -> Path:
     root = Path(cfg.trainer.output_dir) / cfg.experiment
     if cfg.trainer.run_name:
         run = root / cfg.trainer.run_name
-        refuse_used_folder(run)
+        run_folder.refuse_used_folder(run)
         return run
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run, n = root / stamp, 1
-    while run.exists():
-        run, n = root / f"{stamp}-{n}", n + 1
-    return run
+    return fresh_dir(root)
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def default_run_folder(cfg: DictConfig) -> Path:
+    """The folder `resolve_run` will use without a command-line choice (no side effects)."""
+    resume = str(cfg.trainer.resume)
+    if resume in ("", "none"):
+        return new_run_dir(cfg)
+    if resume == "auto":
+        if not cfg.trainer.run_name:
+            raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name "
+                              "(or pass trainer.resume=PATH to a checkpoint folder)")
+        return Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
+    path = Path(resume)
+    return path if (path / "checkpoints").is_dir() else path.parent.parent
+
+
+def resolve_run(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Path | None]:
+    """The run folder and the checkpoint to resume from (None for a fresh start).
+
+    `run_dir` is the folder the command line chose (Hydra's run dir, which already holds
+    Hydra's own files); without it the folder is `<output_dir>/<experiment>/<run_name or timestamp>`.
+    """
+    from pettingllms.trainer import checkpoint as ckpt_io
+
+    resume = str(cfg.trainer.resume)
+    if resume in ("", "none"):
+        if run_dir is None:
+            return new_run_dir(cfg), None
+        run_folder.refuse_used_folder(Path(run_dir), ignore=HYDRA_FILES)
+        return Path(run_dir), None
+    if resume == "auto":
+        run_dir = Path(run_dir) if run_dir is not None else default_run_folder(cfg)
+        latest = ckpt_io.latest_checkpoint(run_dir)
+        if latest is None:
+            run_folder.start_fresh_in(run_dir)
+            return run_dir, None
+        run_folder.check_resume_config(run_dir, cfg, latest)
+        return run_dir, latest
+    path = Path(resume)
+    if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: take its latest
+        latest = ckpt_io.latest_checkpoint(path)
+        if latest is None:
+            raise ConfigError(f"trainer.resume={resume}: no complete checkpoint in that run folder")
+        run_folder.check_resume_config(path, cfg, latest)
+        return path, latest
+    if not ckpt_io.is_complete(path):
+        raise ConfigError(f"trainer.resume={resume}: not a complete checkpoint folder")
+    if path.parent.name != "checkpoints":
+        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
+    run_folder.check_resume_config(path.parent.parent, cfg, path)
+    return path.parent.parent, path
 
 
 class RunOutputs:
-    """Writes config, metrics, TensorBoard scalars and trajectories for one run."""
+    """Writes the config, the step metrics (to every `trainer.logger` sink) and trajectories."""
 
     def __init__(self, run_dir: Path, cfg: DictConfig, history: Iterable[dict] = (),
-                 tensorboard: bool = True, purge_step: int | None = None) -> None:
+                 resume_step: int | None = None) -> None:
+        from pettingllms.trainer.loggers import make_loggers
+
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        # On resume the checkpoint's history replaces metrics.jsonl, dropping steps
-        # logged after that checkpoint (they will be run again).
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        with self.metrics_path.open("w", encoding="utf-8") as f:
-            for row in history:
-                f.write(json.dumps(row) + "\n")
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_step)
+        total = int(cfg.trainer.total_steps)
+        self.loggers = make_loggers(self.run_dir, cfg, history, resume_step, lambda m: summary_line(m, total))
 
     def log_metrics(self, metrics: dict[str, Any]) -> None:
-        with self.metrics_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(metrics, default=float) + "\n")
-        if self.writer is not None:
-            step = int(metrics["step"])
-            for k, v in metrics.items():
-                if k != "step" and _finite(v):
-                    self.writer.add_scalar(k, float(v), step)
-            self.writer.flush()
+        for sink in self.loggers:
+            sink.log(metrics)
 
     def write_trajectories(self, step: int, episodes: list[Episode]) -> Path:
         path = self.run_dir / "trajectories" / f"step_{step}.jsonl"
@@ -73,16 +118,16 @@ class RunOutputs:
         return path
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        loggers, self.loggers = self.loggers, []
+        for sink in loggers:
+            sink.close()
 
 
 def summary_line(m: dict[str, Any], total_steps: int) -> str:
     """One console line per step."""
     def f(key: str, fmt: str = "{:.3f}") -> str:
         v = m.get(key)
-        return fmt.format(v) if _finite(v) else "-"
+        return fmt.format(v) if finite(v) else "-"
     parts = [f"step {m['step']}/{total_steps}",
              f"reward {f('reward/mean')}",
              f"success {f('episode/success_rate', '{:.2f}')}",
@@ -93,5 +138,5 @@ def summary_line(m: dict[str, Any], total_steps: int) -> str:
              f"{f('timing/step_s', '{:.1f}')}s (gen {f('timing/generate_s', '{:.1f}')}s"
              f", upd {f('timing/update_s', '{:.1f}')}s)"]
     val = [f"{k.removeprefix('val/')} {v:.3f}" for k, v in m.items()
-           if k.startswith("val/") and k.count("/") == 2 and "@" in k and _finite(v)]
+           if k.startswith("val/") and k.count("/") == 2 and "@" in k and finite(v)]
     return " | ".join(parts + val)

@@ -24,20 +24,22 @@ log = logging.getLogger(__name__)
 # bookkeeping that does not change what is trained.
 RESUME_FREE_KEYS = ("trainer.resume", "trainer.resume_allow_changes", "trainer.run_name",
                     "trainer.output_dir", "trainer.progress_bar", "trainer.save_freq",
-                    "trainer.keep_checkpoints", "trainer.log_tensorboard", "trainer.save_trajectories")
+                    "trainer.keep_checkpoints", "trainer.log_tensorboard", "trainer.save_trajectories",
+                    "trainer.logger", "trainer.project")
 CHANGES_FILE = "config_changes.jsonl"
 # What a run writes into its folder (outputs.py, checkpoint.py).
-RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "tensorboard", "trajectories", "checkpoints")
+RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "tensorboard", "trajectories", "checkpoints",
+               "wandb", "mlflow.db", "mlartifacts", "loggers.json")
 
 
-def has_content(run_dir: Path) -> bool:
-    return run_dir.is_dir() and any(run_dir.iterdir())
+def has_content(run_dir: Path, ignore: tuple[str, ...] = ()) -> bool:
+    return run_dir.is_dir() and any(p.name not in ignore for p in run_dir.iterdir())
 
 
-def refuse_used_folder(run_dir: Path) -> None:
-    """A fresh run never writes into a folder that holds anything."""
-    if has_content(run_dir):
-        found = sorted(p.name for p in run_dir.iterdir())
+def refuse_used_folder(run_dir: Path, ignore: tuple[str, ...] = ()) -> None:
+    """A fresh run never writes into a folder that holds anything (but the `ignore` names)."""
+    if has_content(run_dir, ignore):
+        found = sorted(p.name for p in run_dir.iterdir() if p.name not in ignore)
         raise ConfigError(f"run folder {run_dir} is not empty (has {', '.join(found[:5])}); use "
                           f"trainer.resume=auto to continue it, or choose another trainer.run_name")
 

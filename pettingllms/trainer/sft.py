@@ -1,7 +1,7 @@
 """Supervised fine-tuning on the policy workers (the MetaAgent-X cold start).
 
 Data: JSONL rows {agent, messages, reply, ...}. Each row becomes a Sample whose prompt is the
-messages rendered exactly as the rollout engine renders them (`render_chat`) and whose response is
+messages rendered exactly as the rollout engines render them (`engines.base.prompt_ids`) and whose response is
 the reply's tokens plus EOS; the loss is the token-mean NLL of the response only
 (`PolicyWorker.sft_update`). Rows go to their agent's policy (L1: one shared model learns both
 roles; L2/L3: one adapter / model per role). Writes the trainer's run folder layout: config,
@@ -51,12 +51,12 @@ def load_rows(cfg: DictConfig, agents: list[str]) -> list[dict[str, Any]]:
 def row_sample(row: dict[str, Any], tokenizer: Any, max_prompt_tokens: int, index: int) -> Sample:
     """Prompt = the engine's rendering of the messages (left-truncated like the engine's); response
     = the reply's tokens + EOS (the model learns to stop)."""
-    from pettingllms.rollout.engines.hf import render_chat
+    from pettingllms.rollout.engines.base import GenerationRequest, prompt_ids
 
-    prompt = tokenizer(render_chat(tokenizer, row["messages"]), add_special_tokens=False)["input_ids"]
+    prompt = prompt_ids(tokenizer, GenerationRequest(messages=row["messages"]), max_prompt_tokens)
     reply = tokenizer(row["reply"], add_special_tokens=False)["input_ids"] + [int(tokenizer.eos_token_id)]
     return Sample(agent=str(row["agent"]), turn=0, problem_id=str(row.get("problem_id", index)),
-                  episode_id=f"sft/{index}", prompt_ids=list(prompt[-max_prompt_tokens:]),
+                  episode_id=f"sft/{index}", prompt_ids=list(prompt),
                   response_ids=list(reply), logprobs=[], text=row["reply"],
                   info={"source": row.get("source", ""), "synthetic": bool(row.get("synthetic", False))})
 

@@ -4,7 +4,7 @@
     python -m pettingllms.ui.demo  [--config-name mas_demo] [key=value ...]   (QUESTION, RUNS_DIR)
 
 The model and engine come from the experiment config (`model.path`, `rollout.engine`,
-`rollout.engine_options`); designer and executor are the one policy of that model (L1), and
+`rollout.openai.*`); designer and executor are the one policy of that model (L1), and
 `mas.*` sets budgets, attempts and sampling. scripts/evaluate/autoevol/serve_ui.sh picks the
 engine (a running OpenAI-compatible server, `vllm serve`, or the in-process HF engine).
 """
@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from omegaconf import DictConfig
 
-from pettingllms.cli.args import run_main
+from pettingllms.cli.app import JobInfo, run_main
 from pettingllms.config import ConfigError
 
 DEFAULT_RUNS_DIR = "outputs/mas_demo/runs"
@@ -52,7 +52,7 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
     return run, info, engine.close
 
 
-def _serve(cfg: DictConfig) -> int:
+def _serve(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.ui.app import create_app
 
     host, port = os.environ.get("HOST", "127.0.0.1"), os.environ.get("PORT", "8899")
@@ -68,7 +68,7 @@ def _serve(cfg: DictConfig) -> int:
     return 0
 
 
-def _one_query(cfg: DictConfig) -> int:
+def _one_query(cfg: DictConfig, job: JobInfo | None = None) -> int:
     question = os.environ.get("QUESTION", "").strip()
     if not question:
         raise ConfigError('set QUESTION="..." (the question to answer)')
@@ -86,13 +86,13 @@ def _one_query(cfg: DictConfig) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_main(argv, prog="pettingllms.ui.serve", default_config="mas_demo",
                     what="Serve the MetaAgent-X demo (HOST, PORT, RUNS_DIR from the environment).",
-                    body=_serve)
+                    kind="serve", body=_serve)
 
 
 def demo_main(argv: Sequence[str] | None = None) -> int:
     return run_main(argv, prog="pettingllms.ui.demo", default_config="mas_demo",
                     what="Answer QUESTION with a designed multi-agent system; print the report path.",
-                    body=_one_query)
+                    kind="demo", body=_one_query)
 
 
 if __name__ == "__main__":

@@ -280,6 +280,18 @@ def load_tokenizer(path: str) -> Any:
     return tokenizer
 
 
+def resolve_device(name: str = "auto") -> torch.device:
+    """`trainer.device`: auto (cuda when present, else cpu), cpu, cuda or cuda:N. One setting for
+    the policy workers and the HF engine, so generation never silently stays on the CPU."""
+    name = str(name or "auto")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"trainer.device={name} but torch sees no CUDA device")
+    return device
+
+
 def load_causal_lm(path: str, dtype: str | torch.dtype = "bfloat16", device: str = "cpu") -> Any:
     """A causal LM in eval mode, weights in `dtype`, on `device`."""
     from transformers import AutoModelForCausalLM

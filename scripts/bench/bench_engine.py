@@ -1,14 +1,18 @@
-"""Rollout-engine throughput: HFEngine vs transformers' model.generate on the same inputs.
+"""Rollout-engine throughput, side by side in one run: our HF engine, our vLLM engine, vLLM's own
+`LLM.generate` under it (the seam's overhead), and transformers' model.generate.
 
-    .venv/bin/python scripts/bench/bench_engine.py                      # embedded model, batch 1 and 16
-    .venv/bin/python scripts/bench/bench_engine.py --batches 1 4 16 --new-tokens 64 --repeats 3
+    .venv/bin/python scripts/bench/bench_engine.py                       # hf vs vllm, batch 1/16/32
+    .venv/bin/python scripts/bench/bench_engine.py --engines hf vllm vllm_raw generate --repeats 3
+    .venv/bin/python scripts/bench/bench_engine.py --compile             # vLLM with graph compile
 
 For each batch size B it takes B different math questions (chat template, temperature 0.7,
-max_new_tokens 128), runs HFEngine.generate and model.generate (sampling, top_k=0 so no hidden
-truncation, same model object, left padding, KV cache) and counts the tokens each produced up to
-and including the end token. tokens/s = those tokens / wall time; the best of --repeats runs is
-kept (the machine may be shared). Both samplers draw different random tokens, so their sequence
-lengths differ: compare tokens/s, not wall times. Prints a table and one JSON line.
+max_new_tokens 128) and counts the tokens each engine produced up to and including the end token.
+tokens/s = those tokens / wall time; the best of --repeats runs is kept (the machine may be
+shared). Samplers draw different random tokens, so sequence lengths differ: compare tokens/s, not
+wall times. `vllm_raw` sends the same prompt ids and sampling params straight to the `vllm.LLM`
+our engine holds, so vllm / vllm_raw is what the seam costs. Prints a table with the ratios to
+the first engine and one JSON line. vLLM runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0);
+`--kv-gib` sizes its CPU KV cache.
 """
 from __future__ import annotations
 
@@ -69,48 +73,95 @@ def bench_generate(model, tokenizer, eos_ids, batch: int, new_tokens: int, tempe
     return produced, wall
 
 
+def bench_vllm_raw(engine, batch: int, new_tokens: int, temperature: float, seed: int):
+    """The same requests as bench_engine, straight to the vllm.LLM under our VLLMEngine."""
+    from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams, prompt_ids
+
+    served = engine._served["bench"]
+    requests = [GenerationRequest(messages(i), policy="bench", request_id=str(i), params=SamplingParams(
+        temperature=temperature, max_new_tokens=new_tokens, seed=seed + i)) for i in range(batch)]
+    prompts = [{"prompt_token_ids": prompt_ids(served.tokenizer, r, engine.max_prompt_tokens)} for r in requests]
+    params = [engine._sampling(r, i, 0, served.stop_ids) for i, r in enumerate(requests)]
+    start = time.perf_counter()
+    out = served.llm.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - start
+    return sum(len(c.token_ids) for o in out for c in o.outputs), wall
+
+
+def build(name: str, args):
+    """An engine by name, and its load time."""
+    start = time.perf_counter()
+    if name in ("hf", "generate"):
+        from pettingllms.rollout.engines.hf import HFEngine
+        engine = HFEngine({"bench": args.model}, dtype=args.dtype, device=args.device, threads=args.threads)
+    else:
+        from pettingllms.config import VLLMConfig
+        from pettingllms.rollout.engines.vllm import VLLMEngine
+        engine = VLLMEngine({"bench": args.model}, VLLMConfig(enforce_eager=not args.compile, cpu_kvcache_gib=args.kv_gib),
+                            dtype=args.dtype, seed=args.seed, max_new_tokens=args.new_tokens)
+    return engine, time.perf_counter() - start
+
+
+def run_once(name: str, engine, batch: int, args):
+    if name == "generate":
+        slot = engine._slot("bench")
+        return bench_generate(slot.model, slot.tokenizer, sorted(slot.eos_ids), batch, args.new_tokens,
+                              args.temperature, args.seed)
+    if name == "vllm_raw":
+        return bench_vllm_raw(engine, batch, args.new_tokens, args.temperature, args.seed)
+    return bench_engine(engine, batch, args.new_tokens, args.temperature, args.seed)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--device", default="cpu", help="HF engine device (vLLM picks its own)")
+    ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm", "vllm_raw", "generate"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 32])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default")
+    ap.add_argument("--compile", action="store_true", help="vLLM without enforce_eager (slow start, faster decode)")
+    ap.add_argument("--kv-gib", type=int, default=2, help="vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
     import torch
 
-    from pettingllms.rollout.engines.hf import HFEngine
-
-    start = time.perf_counter()
-    engine = HFEngine({"bench": args.model}, dtype=args.dtype, device=args.device, threads=args.threads)
-    load_s = time.perf_counter() - start
-    slot = engine._slot("bench")
-    eos_ids = sorted(slot.eos_ids)
-    bench_engine(engine, 2, 8, args.temperature, args.seed)  # warm-up (allocator, kernels)
+    engines, load_s = {}, {}
+    for name in args.engines:  # hf and generate share one HF engine; vllm and vllm_raw one vLLM engine
+        family = "hf" if name in ("hf", "generate") else "vllm"
+        if family not in engines:
+            engines[family], load_s[family] = build(family, args)
+            bench_engine(engines[family], 2, 8, args.temperature, args.seed)  # warm-up (allocator, kernels)
     rows = []
     for batch in args.batches:
-        (e_tok, e_s), e_runs = best_of(args.repeats, lambda: bench_engine(
-            engine, batch, args.new_tokens, args.temperature, args.seed))
-        (g_tok, g_s), g_runs = best_of(args.repeats, lambda: bench_generate(
-            slot.model, slot.tokenizer, eos_ids, batch, args.new_tokens, args.temperature, args.seed))
-        rows.append({"batch": batch, "engine_tokens": e_tok, "engine_s": round(e_s, 2),
-                     "engine_tok_s": round(e_tok / e_s, 1), "generate_tokens": g_tok,
-                     "generate_s": round(g_s, 2), "generate_tok_s": round(g_tok / g_s, 1),
-                     "ratio": round((e_tok / e_s) / (g_tok / g_s), 2),
-                     "engine_runs_tok_s": [round(t / s, 1) for t, s in e_runs],
-                     "generate_runs_tok_s": [round(t / s, 1) for t, s in g_runs]})
-    print(f"{'batch':>5} | {'engine tok/s':>12} | {'generate tok/s':>14} | ratio")
+        row = {"batch": batch}
+        for name in args.engines:
+            engine = engines["hf" if name in ("hf", "generate") else "vllm"]
+            (tok, wall), runs = best_of(args.repeats, lambda: run_once(name, engine, batch, args))
+            row[name] = {"tokens": tok, "s": round(wall, 2), "tok_s": round(tok / wall, 1),
+                         "runs_tok_s": [round(t / s, 1) for t, s in runs]}
+        first = row[args.engines[0]]["tok_s"]
+        for name in args.engines[1:]:
+            row[f"{name}/{args.engines[0]}"] = round(row[name]["tok_s"] / first, 2)
+        if "vllm" in row and "vllm_raw" in row:
+            row["seam_overhead"] = round(1 - row["vllm"]["tok_s"] / row["vllm_raw"]["tok_s"], 3)
+        rows.append(row)
+    ratios = [f"{n}/{args.engines[0]}" for n in args.engines[1:]]
+    print(" | ".join([f"{'batch':>5}"] + [f"{n + ' tok/s':>14}" for n in args.engines] + [f"{r:>12}" for r in ratios]))
     for r in rows:
-        print(f"{r['batch']:>5} | {r['engine_tok_s']:>12} | {r['generate_tok_s']:>14} | {r['ratio']}")
-    result = {"model": args.model, "dtype": args.dtype, "device": args.device, "new_tokens": args.new_tokens,
-              "temperature": args.temperature, "threads": torch.get_num_threads(), "load_s": round(load_s, 1),
-              "loadavg_1m": round(os.getloadavg()[0], 1), "rows": rows}
+        print(" | ".join([f"{r['batch']:>5}"] + [f"{r[n]['tok_s']:>14}" for n in args.engines]
+                         + [f"{r[x]:>12}" for x in ratios]))
+    result = {"model": args.model, "dtype": args.dtype, "new_tokens": args.new_tokens, "temperature": args.temperature,
+              "vllm_compile": args.compile, "threads": torch.get_num_threads(),
+              "load_s": {k: round(v, 1) for k, v in load_s.items()}, "loadavg_1m": round(os.getloadavg()[0], 1),
+              "rows": rows}
     print(json.dumps(result))
+    for engine in engines.values():
+        engine.close()
     return result
 
 

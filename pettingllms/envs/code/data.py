@@ -314,8 +314,9 @@ def _split(rows: list[dict], seed: int, test_fraction: float) -> tuple[list[dict
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
           humaneval_limit: int | None = None, io_tasks: int = 120, tests_per_io_task: int = 5,
           test_fraction: float = 0.25, online_limit: int = 500) -> dict:
-    import pandas as pd
-
+    if Path(out_dir).name == "code_easy":  # the CPU-scale easy level (env.data=code_easy)
+        from pettingllms.envs.code.easy import build_easy
+        return build_easy(out_dir, seed=seed)
     out = new_output_dir(out_dir)
     report: dict[str, Any] = {"seed": seed}
     he = humaneval_rows(humaneval_limit)
@@ -351,9 +352,16 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
                 report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
                 log.warning("code dataset: %s from the hub %s", name, report[name])
     for name, rows in (("train", train), ("test", test)):
-        frame = pd.DataFrame([{**r, "tests": json.dumps(r["tests"])} for r in rows],
-                             columns=["id", "source", "kind", "question", "entry_point",
-                                      "starter", "reference", "tests"])
-        frame.to_parquet(out / f"{name}.parquet", index=False)
+        write_split(out / f"{name}.parquet", rows)
         report[name] = len(rows)
     return report
+
+
+def write_split(path: Path, rows: list[dict]) -> None:
+    """One split's rows as parquet (tests as a JSON string column)."""
+    import pandas as pd
+
+    frame = pd.DataFrame([{**r, "tests": json.dumps(r["tests"])} for r in rows],
+                         columns=["id", "source", "kind", "question", "entry_point",
+                                  "starter", "reference", "tests"])
+    frame.to_parquet(path, index=False)

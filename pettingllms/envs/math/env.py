@@ -20,8 +20,10 @@ Rewards (1.0 or 0.0, judged by `verify.answers_equal` against the problem's `ans
                          which is the agreed answer when the episode ended by agreement.
   Garbage, empty or huge replies yield no answer, hence 0; nothing raises.
 
-`math_single`: one agent `reasoner` (the baseline), answers in \\boxed{}; later turns
-show it its own last answer; it ends at `max_turns`. Local = team = correctness.
+`math_single`: one agent `reasoner` (the baseline), answers in \\boxed{}; it ends as soon
+as it gives an answer (like the MAS ends on agreement, without looking at the gold
+answer); a reply without one gets another turn, which shows it its last reply's
+outcome, up to `max_turns`. Local = team = correctness.
 """
 from __future__ import annotations
 
@@ -212,7 +214,7 @@ class MathSingleEnv(_MathBase):
 
     @property
     def done(self) -> bool:
-        return self.turn >= self.max_turns
+        return self.answer is not None or self.turn >= self.max_turns
 
     def team_reward(self) -> float:
         return 1.0 if self.correct else 0.0

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs.grid_common import build_splits, choose_tier
+from pettingllms.envs.grid_common import build_splits, choose_tier, preset_of
 from pettingllms.envs.plan_path.game import generate
 
 # tier -> (height, width, obstacle density, min start-goal distance, share of rows)
@@ -22,9 +22,15 @@ TIERS = {
 }
 
 
-def make_row(gen_seed: int) -> dict[str, Any]:
+# `plan_path_easy` (env.data=plan_path_easy): tiny open grids, goal 2-3 moves away, where a
+# small model's untrained success is far from 0 (mixed groups for RL at CPU scale).
+EASY_TIERS = {"tiny": (3, 3, 0.1, 2, 0.5), "tiny4": (4, 4, 0.1, 2, 0.5)}
+PRESETS = {"default": TIERS, "easy": EASY_TIERS}
+
+
+def make_row(gen_seed: int, tiers: dict[str, tuple] = TIERS) -> dict[str, Any]:
     rng = random.Random(gen_seed)
-    tier, (height, width, density, min_distance) = choose_tier(rng, TIERS)
+    tier, (height, width, density, min_distance) = choose_tier(rng, tiers)
     rows, start, goal, path = generate(rng.randrange(2**31), height, width, density, min_distance)
     return {"tier": tier, "height": height, "width": width, "density": density,
             "grid": json.dumps(rows), "start": json.dumps(list(start)), "goal": json.dumps(list(goal)),
@@ -32,9 +38,11 @@ def make_row(gen_seed: int) -> dict[str, Any]:
 
 
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
-          n_train: int = 1000, n_test: int = 200) -> dict[str, Any]:
+          n_train: int = 1000, n_test: int = 200, preset: str | None = None) -> dict[str, Any]:
     """Write train/test parquet; procedural, so `offline` changes nothing."""
-    report = build_splits(out_dir, "plan_path", make_row, n_train=n_train, n_test=n_test, seed=seed,
-                          key=("grid", "start", "goal"))
-    report["tiers"] = {k: v[:4] for k, v in TIERS.items()}
+    name = preset_of(out_dir, preset, PRESETS)
+    tiers = PRESETS[name]
+    report = build_splits(out_dir, "plan_path", lambda s: make_row(s, tiers), n_train=n_train,
+                          n_test=n_test, seed=seed, key=("grid", "start", "goal"))
+    report.update(preset=name, tiers={k: v[:4] for k, v in tiers.items()})
     return report

@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs.grid_common import build_splits, choose_tier
+from pettingllms.envs.grid_common import build_splits, choose_tier, preset_of
 from pettingllms.envs.sudoku.game import generate
 
 # tier -> (box_h, box_w, min blanks, max blanks, share of rows)
@@ -18,11 +18,15 @@ TIERS = {
     "4x4": (2, 2, 6, 10, 0.6),
     "9x9": (3, 3, 30, 50, 0.4),
 }
+# `sudoku_easy` (env.data=sudoku_easy): 4x4 grids with 2-4 blanks, where a small model's
+# untrained success is far from 0, so RL at CPU scale has mixed groups to learn from.
+EASY_TIERS = {"4x4_easy": (2, 2, 2, 4, 1.0)}
+PRESETS = {"default": TIERS, "easy": EASY_TIERS}
 
 
-def make_row(gen_seed: int) -> dict[str, Any]:
+def make_row(gen_seed: int, tiers: dict[str, tuple] = TIERS) -> dict[str, Any]:
     rng = random.Random(gen_seed)
-    tier, (box_h, box_w, lo, hi) = choose_tier(rng, TIERS)
+    tier, (box_h, box_w, lo, hi) = choose_tier(rng, tiers)
     puzzle, solution = generate(rng.randrange(2**31), box_h, box_w, rng.randint(lo, hi))
     return {"tier": tier, "size": box_h * box_w, "box_h": box_h, "box_w": box_w,
             "blanks": sum(v == 0 for row in puzzle for v in row),
@@ -30,8 +34,11 @@ def make_row(gen_seed: int) -> dict[str, Any]:
 
 
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
-          n_train: int = 1000, n_test: int = 200) -> dict[str, Any]:
+          n_train: int = 1000, n_test: int = 200, preset: str | None = None) -> dict[str, Any]:
     """Write train/test parquet; procedural, so `offline` changes nothing."""
-    report = build_splits(out_dir, "sudoku", make_row, n_train=n_train, n_test=n_test, seed=seed)
-    report["tiers"] = {k: v[:4] for k, v in TIERS.items()}
+    name = preset_of(out_dir, preset, PRESETS)
+    tiers = PRESETS[name]
+    report = build_splits(out_dir, "sudoku", lambda s: make_row(s, tiers), n_train=n_train,
+                          n_test=n_test, seed=seed)
+    report.update(preset=name, tiers={k: v[:4] for k, v in tiers.items()})
     return report

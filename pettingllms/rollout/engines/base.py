@@ -77,3 +77,41 @@ class RolloutEngine(ABC):
 
     def close(self) -> None:  # engines holding processes or servers release them here
         pass
+
+
+def prompt_ids(tok: Any, request: GenerationRequest, max_prompt_tokens: int) -> list[int]:
+    """The request's chat messages rendered by the model's chat template, as token ids (left-truncated)."""
+    messages = request.messages
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        raise ValueError(f"request {request.request_id!r}: messages must be a non-empty list of "
+                         "{'role': str, 'content': str}")
+    if tok.chat_template:
+        text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+    else:  # base models without a chat template: a plain transcript
+        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise ValueError(f"request {request.request_id!r} renders to an empty prompt")
+    return list(ids[-max_prompt_tokens:])  # keep the end: it holds the latest turn
+
+
+def check_params(request: GenerationRequest) -> None:
+    """One clear error for sampling params no engine can honour."""
+    p = request.params
+    problems = []
+    if p.n < 1:
+        problems.append(f"n={p.n} (needs >= 1)")
+    if p.max_new_tokens < 1:
+        problems.append(f"max_new_tokens={p.max_new_tokens} (needs >= 1)")
+    if p.temperature < 0:
+        problems.append(f"temperature={p.temperature} (needs >= 0)")
+    if not 0 < p.top_p <= 1:
+        problems.append(f"top_p={p.top_p} (needs 0 < top_p <= 1)")
+    if p.top_k < 0:
+        problems.append(f"top_k={p.top_k} (needs >= 0)")
+    if isinstance(p.stop, str) or not all(isinstance(s, str) and s for s in p.stop):
+        problems.append("stop must be a list of non-empty strings")
+    if problems:
+        raise ValueError(f"request {request.request_id!r}: bad sampling params: {'; '.join(problems)}")

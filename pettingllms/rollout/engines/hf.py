@@ -25,19 +25,11 @@ from typing import Any, Mapping
 
 import torch
 
-from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine
+from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
+                                              prompt_ids)
 from pettingllms.rollout.engines.weights import WeightUpdate, lora_deltas
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
-
-
-def render_chat(tok: Any, messages: list[Mapping[str, str]]) -> str:
-    """The prompt text for chat messages, ending where the assistant's reply begins (also what
-    SFT trains on, so supervised and sampled replies see the same context)."""
-    if tok.chat_template:
-        return tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
-    # base models without a chat template: a plain transcript
-    return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
 
 
 @dataclass
@@ -178,42 +170,10 @@ class HFEngine(RolloutEngine):
 
     # ------------------------------------------------------------ requests
 
-    def _prompt_ids(self, slot: _ModelSlot, request: GenerationRequest) -> list[int]:
-        messages = request.messages
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
-            raise ValueError(f"request {request.request_id!r}: messages must be a non-empty list of "
-                             "{'role': str, 'content': str}")
-        tok = slot.tokenizer
-        ids = tok(render_chat(tok, messages), add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise ValueError(f"request {request.request_id!r} renders to an empty prompt")
-        return list(ids[-self.max_prompt_tokens:])  # keep the end: it holds the latest turn
-
-    @staticmethod
-    def _check_params(request: GenerationRequest) -> None:
-        p = request.params
-        problems = []
-        if p.n < 1:
-            problems.append(f"n={p.n} (needs >= 1)")
-        if p.max_new_tokens < 1:
-            problems.append(f"max_new_tokens={p.max_new_tokens} (needs >= 1)")
-        if p.temperature < 0:
-            problems.append(f"temperature={p.temperature} (needs >= 0)")
-        if not 0 < p.top_p <= 1:
-            problems.append(f"top_p={p.top_p} (needs 0 < top_p <= 1)")
-        if p.top_k < 0:
-            problems.append(f"top_k={p.top_k} (needs >= 0)")
-        if isinstance(p.stop, str) or not all(isinstance(s, str) and s for s in p.stop):
-            problems.append("stop must be a list of non-empty strings")
-        if problems:
-            raise ValueError(f"request {request.request_id!r}: bad sampling params: {'; '.join(problems)}")
-
     def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
         requests = [r if isinstance(r, GenerationRequest) else GenerationRequest.from_dict(r) for r in requests]
         for r in requests:
-            self._check_params(r)
+            check_params(r)
             self._slot(r.policy)
         call = self._calls
         self._calls += 1
@@ -221,7 +181,8 @@ class HFEngine(RolloutEngine):
         for policy in dict.fromkeys(r.policy for r in requests):  # policies in first-seen order
             slot = self._slot(policy)
             self._activate(slot, policy)
-            prompts = {i: self._prompt_ids(slot, r) for i, r in enumerate(requests) if r.policy == policy}
+            prompts = {i: prompt_ids(slot.tokenizer, r, self.max_prompt_tokens)
+                       for i, r in enumerate(requests) if r.policy == policy}
             rows = []
             for i in prompts:
                 p = requests[i].params

@@ -11,6 +11,7 @@ import random
 from abc import ABC, abstractmethod
 
 from pettingllms.envs.base import MultiAgentEnv
+from pettingllms.records import Episode
 
 
 class Strategy(ABC):
@@ -27,3 +28,7 @@ class Strategy(ABC):
     @abstractmethod
     def choose(self, rewards: list[float], rng: random.Random) -> int:
         """Index of the branch the track continues from."""
+
+    def finish(self, episode: Episode, team_weight: float, local_weight: float) -> None:
+        """Called once per episode after it ended (its trajectory is final); may rewrite
+        the rewards of its samples. Default: keep each sample's own step reward."""

@@ -19,9 +19,10 @@ def make_backend(cfg: DictConfig, env_factory: Callable[[], Any], engine: Any = 
         return LocalBackend(cfg, env_factory, engine=engine)
     if engine is not None:
         raise ConfigError(f"trainer.backend={name} builds its own engines; a given engine needs trainer.backend=local")
+    if name == "ray":
+        from pettingllms.trainer.backends.ray import RayBackend
+        return RayBackend(cfg, env_factory)
     if name == "verl":
         from pettingllms.trainer.backends.verl import VerlBackend
         return VerlBackend(cfg, env_factory)
-    if name in ("ray", "verl"):
-        raise ConfigError(f"trainer.backend={name} is not available yet; use trainer.backend=local")
     raise ConfigError(f"unknown trainer.backend {name!r}; choose one of local, ray, verl")

@@ -5,7 +5,9 @@ only through this protocol:
 
     policies = backend.build_policies(agents)        # PolicySet: one PolicyWorker per policy
     backend.start(bases)                             # engine(s): policy name -> base model path
+    backend.check_trainable()                        # training only: the engine can feed it
     batch = backend.runner(cfg).run(problems, seed, step=step)   # rollout -> typed Batch
+    backend.pause_engines()                          # e.g. vLLM sleep mode while policies train
     ... advantages, worker.update(...) ...
     backend.sync_weights(updated_names)              # WeightUpdate records -> engine(s)
     backend.generation_stats(); backend.close()
@@ -79,6 +81,13 @@ class Backend(ABC):
             release = getattr(workers[n], "release", None)
             if release is not None:
                 release()
+
+    def check_trainable(self) -> None:
+        """Raise ConfigError if the engine cannot feed training (e.g. a server that returns no
+        token ids or logprobs)."""
+
+    def pause_engines(self) -> None:
+        """Between rollout and update: engines may free accelerator memory (vLLM sleep mode)."""
 
     def begin_step(self) -> None:
         """Reset the counters behind `generation_stats`."""

@@ -18,9 +18,11 @@ class LocalBackend(Backend):
         self.engine: TimedEngine | None = None
 
     def start(self, bases: dict[str, str]) -> None:
-        from pettingllms.trainer.components import build_rollout_engine
+        from pettingllms.trainer.components import build_rollout_engine, policy_lora_ranks
 
-        engine = self._given if self._given is not None else build_rollout_engine(self.cfg, bases)
+        engine = self._given
+        if engine is None:
+            engine = build_rollout_engine(self.cfg, bases, policy_lora_ranks(self.policies))
         self.engine = TimedEngine(engine)
 
     def runner(self, cfg: DictConfig | None = None) -> Runner:
@@ -31,6 +33,19 @@ class LocalBackend(Backend):
     def apply_updates(self, updates: list[Any]) -> None:
         for update in updates:
             self.engine.update_weights(update)
+
+    def check_trainable(self) -> None:
+        from pettingllms.config import ConfigError
+
+        check = getattr(self.engine.inner, "training_problem", None)
+        problem = check() if check is not None else None
+        if problem:
+            raise ConfigError(problem)
+
+    def pause_engines(self) -> None:
+        sleep = getattr(self.engine.inner, "sleep", None)
+        if sleep is not None:
+            sleep()
 
     def begin_step(self) -> None:
         self.engine.reset_counters()

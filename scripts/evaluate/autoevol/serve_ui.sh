@@ -26,7 +26,7 @@ if [ "${ENGINE:-}" = "hf" ]; then
   ENGINE_ARGS=(rollout.engine=hf)
 elif [ "$START_VLLM" = "false" ]; then
   BASE_URL="${OPENAI_BASE_URL:-http://127.0.0.1:$VLLM_PORT/v1}"
-  ENGINE_ARGS=(rollout.engine=openai "rollout.engine_options.base_url=$BASE_URL")
+  ENGINE_ARGS=(rollout.engine=openai "rollout.openai.base_url=$BASE_URL")
 elif [ "$DRY" = false ] && "$PYTHON" -c "import vllm" >/dev/null 2>&1; then
   SERVED="$("$PYTHON" -c "import sys; from pettingllms.utils.models import resolve_model_path as r; print(r(sys.argv[1]))" "$MODEL")"
   VLLM_BIN="$(dirname "$PYTHON")/vllm"
@@ -40,6 +40,6 @@ elif [ "$DRY" = false ] && "$PYTHON" -c "import vllm" >/dev/null 2>&1; then
     kill -0 "$VLLM_PID" 2>/dev/null || { echo "vllm serve exited; see ${VLLM_LOG:-/tmp/pettingllms-vllm.log}" >&2; exit 1; }
     sleep 2
   done
-  ENGINE_ARGS=(rollout.engine=openai "rollout.engine_options.base_url=http://127.0.0.1:$VLLM_PORT/v1")
+  ENGINE_ARGS=(rollout.engine=openai "rollout.openai.base_url=http://127.0.0.1:$VLLM_PORT/v1")
 fi
 "$PYTHON" -m "$ENTRY" --config-name mas_demo "model.path=$MODEL" ${ENGINE_ARGS[@]+"${ENGINE_ARGS[@]}"} "$@"

@@ -1,0 +1,129 @@
+"""`code_easy`: short HumanEval-style function tasks, for RL at CPU scale (env.data=code_easy).
+
+HumanEval is far beyond a 135M model (untrained success 0), so its groups carry no signal.
+These tasks are one- or two-line functions (add a constant, count a character, keep the even
+numbers, ...), each with a signature, a docstring with an example, a reference solution and 4
+assert tests. Tasks are drawn from templates with seeded parameters (constants, names); a template's
+constants are split between train and test, so no test function is also a train function.
+Every test is checked against the reference in the sandbox before it is kept
+(`verify_function_rows`), exactly as the HumanEval rows are.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+# name -> (signature, docstring, body, python implementation, argument sampler, constant range)
+# `{n}` in a template is the task's constant; the sampler draws one call's arguments.
+_Sampler = Callable[[random.Random], tuple]
+
+
+def _ints(lo: int, hi: int, k: int = 1) -> _Sampler:
+    return lambda rng: tuple(rng.randint(lo, hi) for _ in range(k))
+
+
+def _int_list(rng: random.Random) -> tuple:
+    return ([rng.randint(-9, 9) for _ in range(rng.randint(1, 5))],)
+
+
+def _word(rng: random.Random) -> tuple:
+    return ("".join(rng.choice("abcdeiou") for _ in range(rng.randint(1, 7))),)
+
+
+TEMPLATES: dict[str, tuple[str, str, str, Callable[..., Any], _Sampler, tuple[int, int]]] = {
+    "add_{n}": ("(x: int) -> int", "Return x plus {n}.", "return x + {n}",
+                lambda n, x: x + n, _ints(-20, 20), (1, 30)),
+    "times_{n}": ("(x: int) -> int", "Return x multiplied by {n}.", "return x * {n}",
+                  lambda n, x: x * n, _ints(-10, 10), (2, 12)),
+    "minus_{n}": ("(x: int) -> int", "Return x minus {n}.", "return x - {n}",
+                  lambda n, x: x - n, _ints(-20, 20), (1, 30)),
+    "is_multiple_of_{n}": ("(x: int) -> bool", "Return True if x is divisible by {n}, else False.",
+                           "return x % {n} == 0", lambda n, x: x % n == 0, _ints(0, 40), (2, 9)),
+    "greater_than_{n}": ("(x: int) -> bool", "Return True if x is greater than {n}, else False.",
+                         "return x > {n}", lambda n, x: x > n, _ints(-20, 20), (-5, 10)),
+    "repeat_{n}": ("(s: str) -> str", "Return the string s repeated {n} times.", "return s * {n}",
+                   lambda n, s: s * n, _word, (2, 5)),
+    "count_{c}": ("(s: str) -> int", "Return how many times the letter '{c}' occurs in s.",
+                  "return s.count('{c}')", lambda c, s: s.count(c), _word, (0, 7)),
+    "sum_list": ("(xs: list) -> int", "Return the sum of the numbers in xs.", "return sum(xs)",
+                 lambda n, xs: sum(xs), _int_list, (0, 0)),
+    "max_list": ("(xs: list) -> int", "Return the largest number in xs.", "return max(xs)",
+                 lambda n, xs: max(xs), _int_list, (0, 0)),
+    "min_list": ("(xs: list) -> int", "Return the smallest number in xs.", "return min(xs)",
+                 lambda n, xs: min(xs), _int_list, (0, 0)),
+    "keep_even": ("(xs: list) -> list", "Return the even numbers of xs, in order.",
+                  "return [x for x in xs if x % 2 == 0]", lambda n, xs: [x for x in xs if x % 2 == 0],
+                  _int_list, (0, 0)),
+    "reverse_string": ("(s: str) -> str", "Return s reversed.", "return s[::-1]",
+                       lambda n, s: s[::-1], _word, (0, 0)),
+    "first_{n}_chars": ("(s: str) -> str", "Return the first {n} characters of s (all of s if it is shorter).",
+                        "return s[:{n}]", lambda n, s: s[:n], _word, (1, 4)),
+    "square": ("(x: int) -> int", "Return x squared.", "return x * x", lambda n, x: x * x,
+               _ints(-12, 12), (0, 0)),
+    "absolute": ("(x: int) -> int", "Return the absolute value of x.", "return abs(x)",
+                 lambda n, x: abs(x), _ints(-30, 30), (0, 0)),
+    "list_length": ("(xs: list) -> int", "Return how many items xs has.", "return len(xs)",
+                    lambda n, xs: len(xs), _int_list, (0, 0)),
+}
+_LETTERS = "abcdeiou"
+TESTS_PER_TASK = 4
+
+
+def _task(template: str, n: int, rng: random.Random) -> dict[str, Any]:
+    sig, doc, body, impl, sampler, _ = TEMPLATES[template]
+    const = _LETTERS[n] if "{c}" in template else n
+    fill = {"n": const, "c": const}
+    name = template.format(**fill).replace("-", "neg")
+    calls: list[tuple] = []
+    for _ in range(40):  # distinct calls
+        args = sampler(rng)
+        if args not in calls:
+            calls.append(args)
+        if len(calls) == TESTS_PER_TASK + 1:
+            break
+    example, tests_args = calls[0], calls[1:]
+    shown = ", ".join(repr(a) for a in example)
+    docstring = f"{doc.format(**fill)}\n    >>> {name}({shown})\n    {impl(const, *example)!r}"
+    starter = f'def {name}{sig}:\n    """{docstring}\n    """\n'
+    tests = [f"assert {name}({', '.join(repr(a) for a in args)}) == {impl(const, *args)!r}"
+             for args in tests_args]
+    return {"source": "easy", "kind": "function", "question": starter, "entry_point": name,
+            "starter": starter, "reference": starter + f"    {body.format(**fill)}\n", "tests": tests}
+
+
+def easy_rows(seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, test): every (template, constant) once, a quarter of each template's constants
+    in test; every third template without a constant goes wholly to test."""
+    rng = random.Random(f"code_easy/{seed}")
+    train, test = [], []
+    plain = 0
+    for template, spec in TEMPLATES.items():
+        lo, hi = spec[5]
+        if "{" in template:
+            consts = list(range(lo, hi + 1))
+            rng.shuffle(consts)
+            chosen = [(n, i < max(1, len(consts) // 4)) for i, n in enumerate(consts)]
+        else:
+            chosen = [(0, plain % 3 == 2)]
+            plain += 1
+        for n, in_test in chosen:
+            split = test if in_test else train
+            row = _task(template, n, rng)
+            row["id"] = f"easy/{row['entry_point']}"
+            split.append(row)
+    return train, test
+
+
+def build_easy(out_dir: str | Path, *, seed: int = 0) -> dict[str, Any]:
+    from pettingllms.envs.code.data import verify_function_rows, write_split
+    from pettingllms.envs.dataset import new_output_dir
+
+    out = new_output_dir(out_dir)  # never writes over a split that is already there
+    train, test = easy_rows(seed)
+    report: dict[str, Any] = {"seed": seed, "preset": "code_easy", "templates": len(TEMPLATES)}
+    for name, rows in (("train", train), ("test", test)):
+        report[f"{name}_verify"] = verify_function_rows(rows)
+        write_split(out / f"{name}.parquet", rows)
+        report[name] = len(rows)
+    return report

@@ -1,0 +1,87 @@
+"""scripts/results/cpu_table.py: the plan it runs, and a real tiny run (1 step, tiny model) that
+writes each result at once, skips finished runs on a re-run and builds the table and PNG."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "results" / "cpu_table.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("cpu_table", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["cpu_table"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ct = _module()
+
+
+def _settings(**kw):
+    base = dict(seeds=[0, 1], steps=12, batch=4, k=4, tokens=96, eval_limit=48, eval_k=2, val_every=6,
+                work=Path("w"), out_dir=Path("o"))
+    return ct.Settings(**{**base, **kw})
+
+
+def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
+    s = _settings()
+    runs = ct.plan(s, None)
+    math_rows = {r.name for col, r, _ in runs if col == "math_easy"}
+    assert math_rows == {"single", "single_grpo", "mas", "mas_flat_grpo", "at_grpo_l1", "at_grpo_l2",
+                         "group_none", "group_agent", "group_turn"}
+    assert {col for col, _, _ in runs} == {"math_easy", "plan_path_easy", "sudoku_easy"}
+    for col, row, _ in runs:
+        assert sorted(seed for c, r, seed in runs if (c, r.name) == (col, row.name)) == [0, 1]
+    budget_keys = ("trainer.total_steps=", "rollout.batch_size=", "rollout.k=", "rollout.sampling.max_new_tokens=",
+                   "trainer.lr=", "eval.k=", "eval.limit=")
+    budgets = {tuple(o for o in ct.run_overrides(s, col, row, 0) if o.startswith(budget_keys))
+               for col, row, _ in runs if row.mode == "train"}
+    assert len(budgets) == 1  # every trained row: the same steps, problems, K, tokens, lr, eval
+    flat = next(r for c, r, _ in runs if r.name == "mas_flat_grpo")
+    assert {"rollout=flat", "algorithm=grpo"} <= set(flat.overrides)
+    assert ct.plan(s, {"math_easy/mas"}) == [("math_easy", ct.MATH_ROWS[2], 0), ("math_easy", ct.MATH_ROWS[2], 1)]
+
+
+def test_noise_verdicts_by_hand():
+    # two seeds per row, 100 problems: 0.50/0.52 vs 0.20/0.22 -> diff 0.30; se of each row is the
+    # binomial floor sqrt(p (1 - p) / 100) / sqrt(2): 0.0354 and 0.0290 -> noise 2 * 0.0457 = 0.0915
+    assert ct._se([0.50, 0.52], 100) == pytest.approx(0.0353483, abs=1e-6)
+    recs = lambda row, xs: [{"avg": x, "pass_": x, "problems": 100, "wall_s": 1.0, "git_commit": "c",
+                             "seed": i, "model": "m"} for i, x in enumerate(xs)]
+    results = {("math_easy", "mas"): recs("mas", [0.50, 0.52]), ("math_easy", "single"): recs("single", [0.20, 0.22]),
+               ("math_easy", "at_grpo_l1"): recs("at_grpo_l1", [0.53, 0.49])}
+    md = ct.markdown(_settings(), results)
+    assert "| MAS > single agent (untrained) | +30.0 (noise ±9.1) | supports |" in md
+    assert "| AT-GRPO training > untrained MAS | +0.0 (noise ±10.0) | inside the noise |" in md
+    assert "| MAS | 51.0 ± 1.4 | 51.0 ± 1.4 | 2 |" in md
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_skips_and_tabulates(tmp_path):
+    args = [sys.executable, str(SCRIPT), "--only", "math_easy/mas,math_easy/at_grpo_l1", "--seeds", "0,1",
+            "--steps", "1", "--val-every", "1", "--batch", "1", "--k", "2", "--tokens", "8",
+            "--eval-limit", "2", "--eval-k", "2", "--work", str(tmp_path / "w"), "--out-dir", str(tmp_path / "docs"),
+            "model=tiny", "trainer.threads=1", f"env.data_root={tmp_path / 'data'}"]
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = sorted((tmp_path / "w" / "results").glob("*/*/seed*.json"))
+    finished = [p for p in results if not p.name.endswith(".eval.json")]
+    assert len(finished) == 4
+    rec = json.loads((tmp_path / "w" / "results" / "math_easy" / "at_grpo_l1" / "seed1.json").read_text())
+    assert rec["reward_curve"][0][0] == 1 and rec["val_curve"][-1][0] == 1 and 0 <= rec["avg"] <= 1
+    assert len(rec["git_commit"]) >= 7 and rec["model"] == "tiny:test"
+    md = (tmp_path / "docs" / "cpu_table.md").read_text()
+    assert "| MAS | " in md and "| 2 |" in md and "AT-GRPO training > untrained MAS" in md
+    assert (tmp_path / "docs" / "cpu_table.png").stat().st_size > 1000
+    # A re-run skips every finished run and starts no training.
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("done, skipped") == 4
+    assert "pettingllms.train" not in again.stdout

@@ -1,0 +1,133 @@
+"""rollout.engine=vllm on the tiny model (head_dim 32, fp32): logprobs, weight sync (LoRA and full),
+two L2 adapters. One engine for the module: two vllm.LLMs (the LoRA policies share one base; the
+full fine-tuned policy has its own), enforce_eager, 1 GiB of CPU KV cache each.
+
+Tolerance: fp32 everywhere; vLLM's CPU kernels and HF's eager forward reduce in different orders
+over a 64-wide hidden state and 2 layers, so per-token logprobs agree to ~1e-5; 2e-3 leaves room
+for other CPUs' kernels while any wrong distribution (raw instead of processed logprobs at
+T=0.7, a missing top-k renormalisation, stale weights) is off by 1e-1 or more.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pettingllms.config import VLLMConfig
+from pettingllms.policies import build_policies
+from pettingllms.policies.logprobs import pack, response_logprobs
+from pettingllms.records import Sample
+from pettingllms.rollout.engines import GenerationRequest, SamplingParams
+from pettingllms.utils.models import load_causal_lm
+from policy_helpers import TINY, make_cfg, make_samples
+
+ATOL = 2e-3
+AGENTS = ["tool", "reasoner"]
+PROMPT = [{"role": "system", "content": "You add numbers."}, {"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from pettingllms.rollout.engines.vllm import VLLMEngine
+
+    eng = VLLMEngine({"tool": TINY, "reasoner": TINY, "shared": TINY},
+                     VLLMConfig(enforce_eager=True, cpu_kvcache_gib=1, max_num_seqs=16),
+                     lora_ranks={"tool": 4, "reasoner": 4}, dtype="float32", seed=0, max_prompt_tokens=128,
+                     max_new_tokens=16)
+    yield eng
+    eng.close()
+
+
+def _ask(engine, policy, n=2, seed=7, **params):
+    p = SamplingParams(n=n, seed=seed, max_new_tokens=params.pop("max_new_tokens", 12), **params)
+    return engine.generate([GenerationRequest(PROMPT, policy=policy, params=p, request_id=policy)])[0]
+
+
+def _teacher_forced(model, completions, temperature=1.0, top_k=0):
+    """Per-token logprobs of each completion under `model`, with the sampler's processing."""
+    out = []
+    for c in completions:
+        ids = torch.tensor([c.prompt_ids + c.response_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(c.prompt_ids) - 1:-1].float() / temperature
+        if top_k:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        lp = torch.log_softmax(logits, -1).gather(1, torch.tensor(c.response_ids)[:, None]).squeeze(1)
+        out.append(lp)
+    return out
+
+
+def test_returns_own_ids_n_candidates_stop_strings_and_seeded_samples(engine):
+    comps = _ask(engine, "shared", n=3, temperature=1.0)
+    assert [c.index for c in comps] == [0, 1, 2] and all(c.response_ids for c in comps)
+    assert all(len(c.logprobs) == len(c.response_ids) and c.finish_reason in ("stop", "length") for c in comps)
+    assert comps[0].prompt_ids == comps[1].prompt_ids and len({tuple(c.response_ids) for c in comps}) > 1
+    again = _ask(engine, "shared", n=3, temperature=1.0)  # same per-request seed: same samples
+    assert [c.response_ids for c in again] == [c.response_ids for c in comps]
+    other = _ask(engine, "shared", n=3, temperature=1.0, seed=8)
+    assert [c.response_ids for c in other] != [c.response_ids for c in comps]
+    # a stop string cuts the text and ends the completion
+    word = comps[0].text.strip()[:2]
+    if word:
+        cut = _ask(engine, "shared", n=3, temperature=1.0, stop=[word])
+        assert word not in cut[0].text and cut[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("temperature,top_k", [(0.7, 0), (1.0, 5)])
+def test_logprobs_are_those_of_the_distribution_sampled_from(engine, temperature, top_k):
+    comps = _ask(engine, "shared", n=4, temperature=temperature, top_k=top_k, max_new_tokens=16)
+    model = load_causal_lm(TINY, torch.float32)
+    for c, ref in zip(comps, _teacher_forced(model, comps, temperature, top_k)):
+        assert torch.isfinite(ref).all()
+        torch.testing.assert_close(torch.tensor(c.logprobs), ref, rtol=0, atol=ATOL)
+
+
+def _as_samples(agent, comps):
+    return [Sample(agent=agent, turn=0, problem_id="p", episode_id=f"e{i}", prompt_ids=c.prompt_ids,
+                   response_ids=c.response_ids, logprobs=c.logprobs, candidate=i) for i, c in enumerate(comps)]
+
+
+def test_lora_sync_reflects_each_adapter_and_two_adapters_differ(engine):
+    ps = build_policies(make_cfg({"agents_mode": "per_agent_lora"}), AGENTS)
+    for step in range(2):  # different updates for the two adapters
+        ps.update(make_samples("tool", [1.0, -1.0, 0.5], seed=60 + step)
+                  + make_samples("reasoner", [-1.0, 1.0, -0.5], seed=70 + step), step)
+    before = _ask(engine, "tool", temperature=1.0)
+    for w in ps.workers.values():
+        engine.update_weights(w.weight_update())
+    tool, reasoner = _ask(engine, "tool", temperature=1.0), _ask(engine, "reasoner", temperature=1.0)
+    assert [c.response_ids for c in tool] != [c.response_ids for c in before]  # the sync took effect
+    assert [c.response_ids for c in tool] != [c.response_ids for c in reasoner]  # same prompt and seed
+    for name, comps in (("tool", tool), ("reasoner", reasoner)):  # each served by its own adapter
+        mine = ps.workers[name].logprobs(_as_samples(name, comps))
+        for c, ref in zip(comps, mine):
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(ref), rtol=0, atol=ATOL)
+    # a second sync replaces the adapter version (not stacked on it)
+    ps.update(make_samples("tool", [1.0, -1.0], seed=80), 2)
+    engine.update_weights(ps.workers["tool"].weight_update())
+    comps = _ask(engine, "tool", temperature=1.0)
+    for c, ref in zip(comps, ps.workers["tool"].logprobs(_as_samples("tool", comps))):
+        torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(ref), rtol=0, atol=ATOL)
+
+
+def test_full_weight_sync_reloads_in_place(engine):
+    ps = build_policies(make_cfg(), ["solo"])
+    worker = ps.workers["shared"]
+    before = _ask(engine, "shared", temperature=1.0)
+    for step in range(2):
+        worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=90 + step), step)
+    engine.update_weights(worker.weight_update())
+    after = _ask(engine, "shared", temperature=1.0)
+    assert [c.response_ids for c in after] != [c.response_ids for c in before]
+    for c, ref in zip(after, worker.logprobs(_as_samples("solo", after))):
+        assert all(math.isfinite(x) for x in c.logprobs)
+        torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(ref), rtol=0, atol=ATOL)
+
+
+def test_bad_input_is_one_clear_error(engine):
+    with pytest.raises(ValueError, match="unknown policy"):
+        _ask(engine, "nobody")
+    with pytest.raises(ValueError, match="bad sampling params"):
+        _ask(engine, "shared", temperature=-1.0)
