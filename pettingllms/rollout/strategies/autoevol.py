@@ -26,7 +26,7 @@ from pettingllms.algorithms.config_access import cfg_get
 from pettingllms.envs.autoevol.env import AutoEvolEnv, design_source
 from pettingllms.records import Batch, Episode, Sample, Step
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
-from pettingllms.rollout.runner import _check_outputs, _sampling_dict, _unique_keys, derive_seed
+from pettingllms.rollout.runner import _check_outputs, _sampling_dict, derive_seed, unique_keys
 
 DESIGNER, EXECUTOR = "designer", "executor"
 
@@ -71,11 +71,15 @@ class AutoEvolRollout:
         self.run_designs = run_designs or _default_run_designs()
 
     def run(self, problems: list[dict[str, Any]], seed: int, k: int | None = None, *,
-            step: int = 0) -> Batch:
+            step: int = 0, keys: list[str] | None = None) -> Batch:
+        """`keys` as in Rollout.run: the whole batch's problem keys when a caller splits it."""
         if not problems:
             return Batch(step=step)
+        keys = unique_keys(problems) if keys is None else list(keys)
+        if len(keys) != len(problems) or len(set(keys)) != len(keys):
+            raise ValueError("AutoEvolRollout.run: keys must be unique, one per problem")
         envs = []
-        for problem, key in zip(problems, _unique_keys(problems)):
+        for problem, key in zip(problems, keys):
             env = self.env_factory()
             if not isinstance(env, AutoEvolEnv):
                 raise ValueError(f"rollout.strategy=autoevol needs env.name=autoevol, got '{env.name}'")
