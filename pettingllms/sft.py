@@ -11,20 +11,20 @@ from typing import Sequence
 
 from omegaconf import DictConfig
 
-from pettingllms.cli.args import run_main
+from pettingllms.cli.app import JobInfo, run_main
 
 
-def _sft(cfg: DictConfig) -> int:
+def _sft(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.trainer.sft import run_sft
 
-    run_sft(cfg)
+    run_sft(cfg, run_dir=job.output_dir if job else None)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_main(argv, prog="pettingllms.sft", default_config="autoevol_sft",
                     what="Supervised fine-tuning (token-level NLL on each row's reply) of the policies.",
-                    body=_sft)
+                    kind="train", body=_sft)
 
 
 if __name__ == "__main__":

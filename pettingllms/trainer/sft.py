@@ -61,8 +61,9 @@ def row_sample(row: dict[str, Any], tokenizer: Any, max_prompt_tokens: int, inde
                   info={"source": row.get("source", ""), "synthetic": bool(row.get("synthetic", False))})
 
 
-def run_sft(cfg: DictConfig) -> Path:
-    """Train every policy on its agents' rows for sft.epochs; returns the run folder."""
+def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
+    """Train every policy on its agents' rows for sft.epochs; returns the run folder (`run_dir`,
+    Hydra's run folder from the command line, else a new one under trainer.output_dir)."""
     from pettingllms.policies import build_policies
     from pettingllms.utils.models import load_tokenizer
 
@@ -71,7 +72,7 @@ def run_sft(cfg: DictConfig) -> Path:
     rows = load_rows(cfg, agents)
     if not rows:
         raise ConfigError(f"sft.data={cfg.sft.data}: no rows for agents {list(cfg.sft.agents or agents)}")
-    run_dir = new_run_dir(cfg)
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     policies = build_policies(cfg, agents)
     tokenizers: dict[str, Any] = {}
     per_policy: dict[str, list[Sample]] = {name: [] for name in policies.workers}
@@ -80,7 +81,7 @@ def run_sft(cfg: DictConfig) -> Path:
         base = str(policies.workers[name].spec.base)
         tok = tokenizers.get(base) or tokenizers.setdefault(base, load_tokenizer(base))
         per_policy[name].append(row_sample(row, tok, int(cfg.rollout.max_prompt_tokens), i))
-    outputs = RunOutputs(run_dir, cfg, (), bool(cfg.trainer.log_tensorboard))
+    outputs = RunOutputs(run_dir, cfg, ())
     history: list[dict[str, Any]] = []
     rng = random.Random(int(cfg.seed))
     size, step, t_run = max(1, int(cfg.sft.batch_size)), 0, time.perf_counter()
