@@ -66,6 +66,7 @@ def test_noise_verdicts_by_hand():
 
 @pytest.mark.slow
 def test_tiny_run_writes_skips_and_tabulates(tmp_path):
+    (tmp_path / "data").mkdir()  # a data root other than the default must exist
     args = [sys.executable, str(SCRIPT), "--only", "math_easy/mas,math_easy/at_grpo_l1", "--seeds", "0,1",
             "--steps", "1", "--val-every", "1", "--batch", "1", "--k", "2", "--tokens", "8",
             "--eval-limit", "2", "--eval-k", "2", "--work", str(tmp_path / "w"), "--out-dir", str(tmp_path / "docs"),

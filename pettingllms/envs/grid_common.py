@@ -26,6 +26,7 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from pettingllms.config import ConfigError

@@ -10,6 +10,9 @@ from pathlib import Path
 from pettingllms.envs.code import data as code_data
 from pettingllms.envs.math import data as math_data
 
+# what training builds on first use (pettingllms.envs.dataset): the two families' own names
+DATA_NAMES = tuple(math_data.DATA_NAMES) + tuple(code_data.DATA_NAMES)
+
 
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None) -> dict:
     """Write train/test parquet for the task family the folder name names (code* or math*)."""

@@ -36,6 +36,8 @@ from pettingllms.envs.dataset import new_output_dir
 from pettingllms.envs.code.parsing import humaneval_tests
 from pettingllms.sandbox import SandboxLimits, run_many
 
+DATA_NAMES = ("code", "code_easy")  # what training builds on first use (pettingllms.envs.dataset)
+
 log = logging.getLogger(__name__)
 BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)
 MAX_REF_TESTS = 10

@@ -26,6 +26,7 @@ TIERS = {
 # small model's untrained success is far from 0 (mixed groups for RL at CPU scale).
 EASY_TIERS = {"tiny": (3, 3, 0.1, 2, 0.5), "tiny4": (4, 4, 0.1, 2, 0.5)}
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}
+DATA_NAMES = ("plan_path", "plan_path_easy")  # what training builds on first use (pettingllms.envs.dataset)
 
 
 def make_row(gen_seed: int, tiers: dict[str, tuple] = TIERS) -> dict[str, Any]:

@@ -26,6 +26,7 @@ TIERS = {
 # at CPU scale). Fields as TIERS; the generator retries until the level is that easy.
 EASY_TIERS = {"3x3": (5, 5, 1, 0.2), "3x4": (5, 6, 1, 0.2), "4x3": (6, 5, 1, 0.2), "4x4": (6, 6, 1, 0.4)}
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}
+DATA_NAMES = ("sokoban", "sokoban_easy")  # what training builds on first use (pettingllms.envs.dataset)
 EASY_MAX_MOVES = 3
 
 

@@ -22,6 +22,7 @@ TIERS = {
 # untrained success is far from 0, so RL at CPU scale has mixed groups to learn from.
 EASY_TIERS = {"4x4_easy": (2, 2, 2, 4, 1.0)}
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}
+DATA_NAMES = ("sudoku", "sudoku_easy")  # what training builds on first use (pettingllms.envs.dataset)
 
 
 def make_row(gen_seed: int, tiers: dict[str, tuple] = TIERS) -> dict[str, Any]:
