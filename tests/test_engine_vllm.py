@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import flask  # noqa: F401 - the demo imports it; vLLM must start in such a process too
+
 import pytest
 import torch
 

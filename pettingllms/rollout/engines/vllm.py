@@ -25,9 +25,11 @@ an engine needs an `if __name__ == "__main__":` guard.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +59,20 @@ class _Served:
 def _set_env(options: Any) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(options.cpu_kvcache_gib))
+
+
+@contextlib.contextmanager
+def _flask_proxies_bound():
+    """vLLM's CPU start-up scans every module's globals with `hasattr(value, "__dict__")`; flask's
+    unbound `request`/`current_app` proxies raise RuntimeError there, so an engine started in a
+    process that imported flask (the demo) would crash. Bind them to a throwaway app meanwhile."""
+    if "flask" not in sys.modules:
+        yield
+        return
+    import flask
+
+    with flask.Flask("pettingllms-vllm-start").test_request_context():
+        yield
 
 
 def _max_lora_rank(rank: int) -> int:
@@ -112,7 +128,8 @@ class VLLMEngine(RolloutEngine):
             gpu_memory_utilization=float(o.gpu_memory_utilization), enable_sleep_mode=bool(o.sleep_mode))
         if lora_ranks:
             kwargs.update(enable_lora=True, max_loras=len(lora_ranks), max_lora_rank=_max_lora_rank(max(lora_ranks)))
-        return LLM(**kwargs)
+        with _flask_proxies_bound():
+            return LLM(**kwargs)
 
     # ------------------------------------------------------------ weights
 
