@@ -123,8 +123,11 @@ def test_one_update_matches_local(ray_local, ranks, lora):
 
     Tolerance: fp32 throughout. The two sides sum the same terms in a different order, so gradients
     differ by ~N * 2^-24 relative (N <= 1e4 terms per reduction: < 1e-3). AdamW's first step is
-    lr * g / (|g| + eps), which turns a relative gradient error d into at most lr * d: so every
-    weight may differ by lr * 1e-3, plus fp32 rounding of the weight itself."""
+    lr * g / (|g| + eps), which turns a relative gradient error d into at most lr * d / 4: so a
+    weight may differ by lr * 1e-3, plus fp32 rounding of the weight itself. The exception is a
+    gradient element that is a near-cancelling sum (|g| about its own rounding error): its relative
+    error is unbounded and its step can land anywhere in [-lr, lr]. Those are rare, so at most 0.1%
+    of the elements may miss the tight bound, and none may differ by more than 2 lr."""
     from pettingllms.policies import resolve_policies
     from pettingllms.policies.verl.setup import RayCluster
     from pettingllms.policies.verl.worker import VerlPolicyWorker
@@ -156,8 +159,12 @@ def test_one_update_matches_local(ray_local, ranks, lora):
 
     assert m_verl["loss"] == pytest.approx(m_local["loss"], abs=1e-5)
     lr = float(cfg.trainer.lr)
-    moved = 0
+    moved = loose = total = 0
     for k in start:
-        torch.testing.assert_close(end_v[k].float(), end_local[k].float(), rtol=1e-6, atol=lr * 1e-3)
+        diff = (end_v[k].float() - end_local[k].float()).abs()
+        assert float(diff.max()) <= 2 * lr * (1 + 1e-3), k  # one Adam step moves a weight by <= lr
+        loose += int((diff > lr * 1e-3 + 1e-6 * end_local[k].float().abs()).sum())
+        total += diff.numel()
         moved += int(not torch.equal(end_local[k], start[k]))
+    assert loose <= max(1, total // 1000), f"{loose} of {total} weights off by more than lr * 1e-3"
     assert moved > 0  # the update really changed weights on both sides
