@@ -72,6 +72,14 @@ def lr_lambda(warmup_steps: int, total_steps: int, min_lr_ratio: float, schedule
     return f
 
 
+def adamw_kernel(params: Sequence[Tensor]) -> dict[str, bool]:
+    """AdamW's fused kernel where torch has one for these tensors (CPU and CUDA floats): one pass
+    over weight, grad and both moments instead of about ten per tensor, the bulk of a full
+    fine-tuning optimizer step on CPU. The update is the same formula; only rounding order differs."""
+    ok = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return {"fused": True} if ok and params else {}
+
+
 def check_samples(spec: PolicySpec, algo: Any, samples: Sequence[Sample]) -> None:
     """Samples a policy may train on: its own agents, engine logprobs when asked for, finite advantages."""
     mine = set(spec.agents)
@@ -148,7 +156,7 @@ class PolicyWorker:
         self._params = params
         self.optimizer = torch.optim.AdamW(
             params, lr=self.spec.lr, betas=tuple(float(b) for b in self.trainer.betas),
-            weight_decay=self.spec.weight_decay, eps=1e-8)
+            weight_decay=self.spec.weight_decay, eps=1e-8, **adamw_kernel(params))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(
             int(self.trainer.warmup_steps), int(self.trainer.total_steps),
             float(self.trainer.min_lr_ratio), str(self.trainer.lr_schedule)))

@@ -27,6 +27,7 @@ import torch
 
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
+from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, use_gqa_attention
 from pettingllms.rollout.engines.weights import WeightUpdate, lora_deltas
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
@@ -88,6 +89,7 @@ class HFEngine(RolloutEngine):
             if local not in self._slots:
                 model = load_causal_lm(local, dtype, device)
                 model.requires_grad_(False)
+                use_gqa_attention(model)
                 tokenizer = load_tokenizer(local)
                 params = dict(model.state_dict(keep_vars=True))
                 kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -207,13 +209,12 @@ class HFEngine(RolloutEngine):
                  cache: Any) -> torch.Tensor:
         # An all-ones mask is the same as none; passing none lets attention take its fast path.
         out = slot.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask,
-                         position_ids=positions, use_cache=True, logits_to_keep=1, **{slot.cache_kwarg: cache})
+                         position_ids=positions, use_cache=True, logits_to_keep=last_position(ids),
+                         **{slot.cache_kwarg: cache})
         return out.logits[:, -1, :].float()
 
     @torch.inference_mode()
     def _decode(self, slot: _ModelSlot, rows: list[_Row], prompts: dict[int, list[int]]) -> None:
-        from transformers import DynamicCache
-
         dev = self.device
         order = list(dict.fromkeys(r.request for r in rows))  # prefill each prompt once
         longest = max(len(prompts[i]) for i in order)
@@ -224,7 +225,7 @@ class HFEngine(RolloutEngine):
             mask[j, longest - len(prompts[i]):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=slot.model.config)
+        cache = buffered_cache(slot.model.config, longest + max(r.max_new for r in rows))
         logits = self._forward(slot, ids, mask, positions, cache)
         # Expand prompts to their n copies: the cache rows are shared, not recomputed.
         expand = torch.tensor([order.index(r.request) for r in rows], device=dev)
@@ -262,15 +263,9 @@ class HFEngine(RolloutEngine):
     @staticmethod
     def _trim_left_padding(cache: Any, mask: torch.Tensor) -> torch.Tensor:
         """Drop cache columns that are padding for every remaining row (left after rows finished)."""
-        from transformers.cache_utils import DynamicLayer
-
         first = int(mask.any(0).to(torch.int8).argmax())
-        if first == 0 or not all(type(layer) is DynamicLayer for layer in cache.layers):
+        if first == 0 or not drop_front(cache, first):
             return mask
-        for layer in cache.layers:
-            if layer.is_initialized and layer.keys.numel():
-                layer.keys = layer.keys[:, :, first:]
-                layer.values = layer.values[:, :, first:]
         return mask[:, first:]
 
     def _check_finished(self, slot: _ModelSlot, row: _Row) -> None:

@@ -1,0 +1,123 @@
+"""Per-token costs of the HF engine's decode loop, out of the way (pettingllms/rollout/engines/hf.py).
+
+Each piece computes the same numbers as the plain transformers path and only skips a copy:
+
+* `BufferedLayer`: a KV-cache layer whose keys/values are views of a buffer with room to grow.
+  transformers' `DynamicLayer` appends a token with `torch.cat`, a copy of the layer's whole
+  cache in every layer at every step; here a step writes one column.
+* `use_gqa_attention`: attention with grouped-query heads left to the SDPA kernel
+  (`enable_gqa`). transformers' sdpa path repeats K/V to every query head whenever a padding
+  mask is given (any batch of prompts of unequal length), another full copy of the cache per
+  layer per step; torch's kernels (>= 2.5) read the shared heads in place, with identical results.
+* `last_position`: the prefill's `logits_to_keep` as an index tensor, so that the LM head sees
+  the last position as a contiguous [B, 1, H] block. A slice is a strided view, which torch's
+  matmul cannot fold into one GEMM: it expands the head's weight to [B, H, V] instead (a copy of
+  the whole vocabulary matrix per prompt in the batch).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+GQA_ATTENTION = "pettingllms_sdpa_gqa"
+
+
+class BufferedLayer:
+    """Mixin body for a transformers `DynamicLayer` subclass (built by `buffered_cache`)."""
+
+    capacity = 0  # columns to allocate up front (prompt + new tokens); grows by doubling
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._len = 0
+            self._kbuf = self._vbuf = None
+        n = self._len + key_states.shape[-2]
+        if self._kbuf is None or n > self._kbuf.shape[-2]:
+            self._grow(key_states, value_states, max(n, self.capacity, 2 * self._len))
+        self._kbuf[:, :, self._len:n].copy_(key_states)
+        self._vbuf[:, :, self._len:n].copy_(value_states)
+        self._len = n
+        self._views()
+        return self.keys, self.values
+
+    def _grow(self, k: torch.Tensor, v: torch.Tensor, cols: int) -> None:
+        kb = k.new_empty((*k.shape[:2], cols, k.shape[-1]))
+        vb = v.new_empty((*v.shape[:2], cols, v.shape[-1]))
+        if self._len:
+            kb[:, :, :self._len].copy_(self._kbuf[:, :, :self._len])
+            vb[:, :, :self._len].copy_(self._vbuf[:, :, :self._len])
+        self._kbuf, self._vbuf = kb, vb
+
+    def _views(self) -> None:
+        self.keys = self._kbuf[:, :, :self._len]
+        self.values = self._vbuf[:, :, :self._len]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized and self._len:
+            self._kbuf, self._vbuf = self._kbuf[indices], self._vbuf[indices]
+            self._views()
+
+    def drop_front(self, first: int) -> None:
+        """Forget the first `first` columns (left padding no remaining row needs)."""
+        if self.is_initialized and self._len:
+            self._kbuf, self._vbuf = self._kbuf[:, :, first:], self._vbuf[:, :, first:]
+            self._len -= first
+            self._views()
+
+
+def buffered_cache(config: Any, capacity: int) -> Any:
+    """A transformers DynamicCache whose full-attention layers are buffered (sliding-window and
+    other special layers stay as transformers builds them)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    layer_cls = type("BufferedDynamicLayer", (BufferedLayer, DynamicLayer), {"capacity": int(capacity)})
+    cache = DynamicCache(config=config)
+    cache.layers = [layer_cls() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def drop_front(cache: Any, first: int) -> bool:
+    """Drop the first `first` cache columns in every layer; False (nothing changed) unless every
+    layer is buffered."""
+    if not all(isinstance(layer, BufferedLayer) for layer in cache.layers):
+        return False
+    for layer in cache.layers:
+        layer.drop_front(first)
+    return True
+
+
+def _gqa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                   is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa attention, but grouped-query heads always go to the kernel (enable_gqa)."""
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling, is_causal=causal,
+                                         enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_gqa_attention(model: Any) -> bool:
+    """Switch a model that runs transformers' sdpa attention to `_gqa_attention` (same masks)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return False
+    if GQA_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(GQA_ATTENTION, _gqa_attention)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(GQA_ATTENTION, sdpa_mask)
+    model.set_attn_implementation(GQA_ATTENTION)
+    return True
+
+
+def last_position(ids: torch.Tensor) -> int | torch.Tensor:
+    """`logits_to_keep` for a forward over `ids`: the last position, as an index tensor when the
+    forward covers several positions (see the module docstring)."""
+    length = ids.shape[1]
+    return 1 if length == 1 else torch.tensor([length - 1], device=ids.device)
