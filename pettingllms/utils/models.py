@@ -296,7 +296,10 @@ def load_causal_lm(path: str, dtype: str | torch.dtype = "bfloat16", device: str
     """A causal LM in eval mode, weights in `dtype`, on `device`."""
     from transformers import AutoModelForCausalLM
 
+    from pettingllms.utils.attention import use_gqa_attention
+
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype(dtype))
+    use_gqa_attention(model)  # no K/V copy per query head under padding masks (same numbers)
     return model.to(device).eval()
 
 

@@ -27,7 +27,7 @@ import torch
 
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
-from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, use_gqa_attention
+from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position
 from pettingllms.rollout.engines.weights import WeightUpdate, lora_deltas
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
@@ -89,7 +89,6 @@ class HFEngine(RolloutEngine):
             if local not in self._slots:
                 model = load_causal_lm(local, dtype, device)
                 model.requires_grad_(False)
-                use_gqa_attention(model)
                 tokenizer = load_tokenizer(local)
                 params = dict(model.state_dict(keep_vars=True))
                 kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

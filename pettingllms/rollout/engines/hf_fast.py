@@ -5,10 +5,8 @@ Each piece computes the same numbers as the plain transformers path and only ski
 * `BufferedLayer`: a KV-cache layer whose keys/values are views of a buffer with room to grow.
   transformers' `DynamicLayer` appends a token with `torch.cat`, a copy of the layer's whole
   cache in every layer at every step; here a step writes one column.
-* `use_gqa_attention`: attention with grouped-query heads left to the SDPA kernel
-  (`enable_gqa`). transformers' sdpa path repeats K/V to every query head whenever a padding
-  mask is given (any batch of prompts of unequal length), another full copy of the cache per
-  layer per step; torch's kernels (>= 2.5) read the shared heads in place, with identical results.
+* (models load with `pettingllms.utils.attention`'s grouped-query SDPA, which skips the copy of
+  the cache to every query head that transformers' sdpa path makes under a padding mask)
 * `last_position`: the prefill's `logits_to_keep` as an index tensor, so that the LM head sees
   the last position as a contiguous [B, 1, H] block. A slice is a strided view, which torch's
   matmul cannot fold into one GEMM: it expands the head's weight to [B, H, V] instead (a copy of
@@ -19,10 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-
-GQA_ATTENTION = "pettingllms_sdpa_gqa"
-
 
 class BufferedLayer:
     """Mixin body for a transformers `DynamicLayer` subclass (built by `buffered_cache`)."""
@@ -87,32 +81,6 @@ def drop_front(cache: Any, first: int) -> bool:
         return False
     for layer in cache.layers:
         layer.drop_front(first)
-    return True
-
-
-def _gqa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                   is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' sdpa attention, but grouped-query heads always go to the kernel (enable_gqa)."""
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                         scale=scaling, is_causal=causal,
-                                         enable_gqa=key.shape[1] != query.shape[1])
-    return out.transpose(1, 2).contiguous(), None
-
-
-def use_gqa_attention(model: Any) -> bool:
-    """Switch a model that runs transformers' sdpa attention to `_gqa_attention` (same masks)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return False
-    if GQA_ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(GQA_ATTENTION, _gqa_attention)
-        ALL_MASK_ATTENTION_FUNCTIONS.register(GQA_ATTENTION, sdpa_mask)
-    model.set_attn_implementation(GQA_ATTENTION)
     return True
 
 
