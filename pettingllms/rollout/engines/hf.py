@@ -27,7 +27,7 @@ import torch
 
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
-from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position
+from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, pack_linears
 from pettingllms.rollout.engines.weights import WeightUpdate, lora_deltas
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
@@ -89,6 +89,7 @@ class HFEngine(RolloutEngine):
             if local not in self._slots:
                 model = load_causal_lm(local, dtype, device)
                 model.requires_grad_(False)
+                pack_linears(model)
                 tokenizer = load_tokenizer(local)
                 params = dict(model.state_dict(keep_vars=True))
                 kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -293,11 +294,14 @@ class HFEngine(RolloutEngine):
         if min(top_k) < vocab or min(top_p) < 1:
             scaled = _truncate(scaled, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
         logp = torch.log_softmax(scaled, dim=-1)
-        tokens = logits.argmax(-1)
+        any_greedy = bool(greedy.any())
+        if any_greedy:
+            tokens = logits.argmax(-1)
         if not bool(greedy.all()):
             cdf = logp.exp().cumsum(-1)  # inverse-CDF draw with the row's own uniform
             drawn = torch.searchsorted(cdf, (uniforms[:, None] * cdf[:, -1:]).contiguous(), right=True)
-            tokens = torch.where(greedy, tokens, drawn.squeeze(1).clamp(max=vocab - 1))
+            drawn = drawn.squeeze(1).clamp(max=vocab - 1)
+            tokens = torch.where(greedy, tokens, drawn) if any_greedy else drawn
         chosen = logp.gather(1, tokens[:, None]).squeeze(1)
         bad = ~torch.isfinite(chosen)  # float rounding at the very top of the CDF: take the mode
         if bool(bad.any()):
