@@ -69,7 +69,7 @@ class OpenAIConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf | vllm | openai
+    engine: str = "hf"  # hf | vllm | openai | auto (vLLM where installed and faster, else hf)
     strategy: str = "tree"  # tree (AT-GRPO) | flat (K independent episodes) | autoevol (MetaAgent-X)
     k: int = 4  # candidates per (problem, turn, agent)
     batch_size: int = 4  # problems per training step

@@ -1,0 +1,138 @@
+"""The HF engine's decode-speed pieces (rollout/engines/hf_fast.py, utils/attention.py) compute what
+the plain transformers path computes, and rollout.engine=auto picks by its documented rule."""
+from __future__ import annotations
+
+import importlib.util
+from unittest import mock
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from numerics import exact_float64, forward_tol
+from pettingllms.config import validate
+from pettingllms.rollout.engines import AUTO_VLLM_BELOW, auto_engine
+from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
+from pettingllms.rollout.engines.hf import HFEngine
+from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, pack_linears
+from pettingllms.utils.attention import GQA_ATTENTION, use_gqa_attention
+from pettingllms.utils.models import load_causal_lm
+
+TINY = "tiny:test"
+
+
+def test_buffered_cache_layers_hold_what_dynamic_layers_hold() -> None:
+    from transformers import DynamicCache
+
+    model = load_causal_lm(TINY, "float64")
+    g = torch.Generator().manual_seed(0)
+    plain, buffered = DynamicCache(config=model.config), buffered_cache(model.config, capacity=3)
+    rows = 4
+    for step, n in enumerate((5, 1, 1, 1, 1)):  # prefill, then decode steps past the initial capacity
+        k = torch.randn(rows, 2, n, 8, generator=g, dtype=torch.float64)
+        v = torch.randn(rows, 2, n, 8, generator=g, dtype=torch.float64)
+        a = plain.update(k, v, 0)
+        b = buffered.update(k, v, 0)
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        if step == 2:  # a finished row leaves the batch
+            keep = torch.tensor([0, 2, 3])
+            plain.batch_select_indices(keep)
+            buffered.batch_select_indices(keep)
+            rows = 3
+    assert drop_front(buffered, 2)
+    plain.layers[0].keys, plain.layers[0].values = plain.layers[0].keys[:, :, 2:], plain.layers[0].values[:, :, 2:]
+    assert torch.equal(buffered.layers[0].keys, plain.layers[0].keys)
+    k = torch.randn(3, 2, 1, 8, generator=g, dtype=torch.float64)
+    assert torch.equal(buffered.update(k, k, 0)[0], plain.update(k, k, 0)[0])
+    assert buffered.get_seq_length(0) == plain.get_seq_length(0) == 8
+    assert not drop_front(DynamicCache(config=model.config), 1)  # plain layers are left alone
+
+
+def test_gqa_attention_equals_transformers_sdpa_under_a_padding_mask() -> None:
+    model = load_causal_lm(TINY, "float64")
+    cfg = model.config
+    assert cfg.num_key_value_heads < cfg.num_attention_heads  # the tiny model has grouped heads
+    assert cfg._attn_implementation == GQA_ATTENTION  # every model we load gets it
+    ids = torch.randint(3, cfg.vocab_size, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0  # left padding, as the engine batches prompts
+    mask[1, :1] = 0
+    with exact_float64(), torch.no_grad():
+        ours = model(input_ids=ids, attention_mask=mask).logits
+        model.set_attn_implementation("sdpa")
+        plain = model(input_ids=ids, attention_mask=mask).logits
+    real = mask.bool()
+    scale = float(plain[real].abs().max())
+    torch.testing.assert_close(ours[real], plain[real], rtol=0,
+                               atol=forward_tol(cfg, ids.shape[1], scale, torch.float64))
+    eager = load_causal_lm(TINY, "float64")
+    eager.set_attn_implementation("eager")
+    assert not use_gqa_attention(eager)  # only sdpa models switch
+
+
+def test_last_position_is_a_contiguous_index_for_prefill() -> None:
+    assert last_position(torch.zeros(4, 1, dtype=torch.long)) == 1
+    keep = last_position(torch.zeros(4, 7, dtype=torch.long))
+    hidden = torch.randn(4, 7, 5)
+    picked = hidden[:, keep, :]
+    assert picked.is_contiguous() and torch.equal(picked, hidden[:, -1:, :])
+
+
+def _bf16_linear_supported() -> bool:
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+@pytest.mark.skipif(not _bf16_linear_supported(), reason="this CPU has no oneDNN bf16 GEMM")
+def test_packed_linears_match_plain_and_follow_weight_updates() -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48, bias=True).to(torch.bfloat16)
+    x = torch.randn(3, 5, 64, dtype=torch.bfloat16)
+    plain = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert pack_linears(torch.nn.Sequential(layer)) == 1
+    with torch.inference_mode():
+        got = layer(x)
+    # both are bf16 GEMMs with fp32 accumulation over 64 terms, then one bf16 rounding
+    torch.testing.assert_close(got.float(), plain.float(), rtol=2 * torch.finfo(torch.bfloat16).eps, atol=0)
+    with torch.no_grad():
+        layer.weight.mul_(-1)  # an in-place change (weight sync) must reach the packed copy
+    with torch.inference_mode():
+        flipped = layer(x)
+    expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    torch.testing.assert_close(flipped.float(), expected.float(), rtol=2 * torch.finfo(torch.bfloat16).eps, atol=0)
+
+
+@pytest.mark.skipif(not _bf16_linear_supported(), reason="this CPU has no oneDNN bf16 GEMM")
+def test_bf16_engine_after_weight_sync_generates_as_a_fresh_engine(tmp_path) -> None:
+    req = [GenerationRequest([{"role": "user", "content": "Count: one two"}], policy="a",
+                             params=SamplingParams(temperature=0.0, max_new_tokens=6))]
+    engine = HFEngine({"a": TINY}, dtype="bfloat16")
+    engine.generate(req)  # packs the weights
+    model = engine._slot("a").model
+    new = {n: (p.detach().float() * 1.5).to(torch.bfloat16) for n, p in model.named_parameters() if "proj" in n}
+    engine.load_weights("a", new)
+    after = engine.generate(req)[0][0]
+    fresh = HFEngine({"a": TINY}, dtype="bfloat16")
+    fresh.load_weights("a", new)  # before its first generate: packs the new weights
+    again = fresh.generate(req)[0][0]
+    assert after.response_ids == again.response_ids and after.logprobs == again.logprobs
+
+
+def _cfg(batch: int, k: int, **rollout):
+    return validate(OmegaConf.create({"model": {"path": TINY}, "rollout": {"engine": "auto", "batch_size": batch,
+                                                                           "k": k, **rollout}}))
+
+
+def test_auto_engine_rule() -> None:
+    assert auto_engine(_cfg(8, 4))[0] == "hf"  # the training bench's 32 sequences per call
+    assert auto_engine(_cfg(AUTO_VLLM_BELOW, 1))[0] == "hf"
+    with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object()):
+        assert auto_engine(_cfg(1, 1)) == ("vllm", "1 sequences per call (< 8: vLLM decodes faster at small batches)")
+        assert auto_engine(_cfg(1, 1, engine_options={"max_batch_size": 4}))[0] == "hf"  # hf's options
+    with mock.patch.object(importlib.util, "find_spec", lambda name, *a: None):
+        assert auto_engine(_cfg(1, 1)) == ("hf", "vllm is not installed")
+
+
+def test_auto_builds_hf_for_training_sized_calls() -> None:
+    from pettingllms.rollout.engines import build_engine
+
+    assert isinstance(build_engine(_cfg(4, 4, engine_options={"max_batch_size": 4})), HFEngine)
