@@ -1,5 +1,6 @@
 """Rollout-engine throughput, side by side in one run: our HF engine, our vLLM engine, vLLM's own
-`LLM.generate` under it (the seam's overhead), and transformers' model.generate.
+`LLM.generate` under it (the seam's overhead), and transformers' model.generate (on the model as
+`from_pretrained` loads it, without the HF engine's own decode changes).
 
     .venv/bin/python scripts/bench/bench_engine.py                       # hf vs vllm, batch 1/16/32
     .venv/bin/python scripts/bench/bench_engine.py --engines hf vllm vllm_raw generate --repeats 3
@@ -102,11 +103,25 @@ def build(name: str, args):
     return engine, time.perf_counter() - start
 
 
+_PLAIN: dict = {}
+
+
+def plain_model(path: str, dtype: str):
+    """transformers' model exactly as `from_pretrained` gives it (its default attention, plain
+    linears): the `generate` baseline must not inherit the HF engine's own speed-ups."""
+    if path not in _PLAIN:
+        from transformers import AutoModelForCausalLM
+
+        from pettingllms.utils.models import resolve_model_path, torch_dtype
+        _PLAIN[path] = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype(dtype)).eval()
+    return _PLAIN[path]
+
+
 def run_once(name: str, engine, batch: int, args):
     if name == "generate":
         slot = engine._slot("bench")
-        return bench_generate(slot.model, slot.tokenizer, sorted(slot.eos_ids), batch, args.new_tokens,
-                              args.temperature, args.seed)
+        return bench_generate(plain_model(args.model, args.dtype), slot.tokenizer, sorted(slot.eos_ids), batch,
+                              args.new_tokens, args.temperature, args.seed)
     if name == "vllm_raw":
         return bench_vllm_raw(engine, batch, args.new_tokens, args.temperature, args.seed)
     return bench_engine(engine, batch, args.new_tokens, args.temperature, args.seed)
