@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from numerics import THREADS, assert_close_by_size, exact_float64, num_threads
+from numerics import THREADS, assert_close_by_size, exact_float64, forward_tol, num_threads
 from policy_helpers import all_equal, any_changed, make_cfg, make_samples
 from pettingllms.policies import build_policies
 from pettingllms.policies.logprobs import full_logits_logprobs, pack, response_logprobs
@@ -126,6 +126,38 @@ def _chunked_logprobs_equal_full_logits(temperature):
     assert torch.all(lp_c[batch.mask == 0] == 0)
     for n, p in model.named_parameters():
         assert_close_by_size(grads_c[n], p.grad, _grad_terms(model, batch.num_tokens))
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_shared_prompts_equal_plain_rows_values_and_gradients(threads):
+    with num_threads(threads), exact_float64():
+        _shared_prompts_equal_plain_rows()
+
+
+def _shared_prompts_equal_plain_rows():
+    model, _ = tiny_model(seed=5)
+    model.double().train()
+    samples = make_samples("a", [1.0] * 6, seed=7)
+    for i, s in enumerate(samples):  # K=3 candidates of two prompts of different lengths
+        s.prompt_ids = list(samples[i % 2].prompt_ids) if i >= 2 else s.prompt_ids
+    plain, shared = pack(samples, pad_id=0), pack(samples, pad_id=0, share=True)
+    assert plain.shared is None and shared.shared is not None and shared.shared.prompt_ids.shape[0] == 2
+    assert pack(make_samples("a", [1.0] * 3, seed=8), pad_id=0, share=True).shared is None  # nothing repeats
+    weights = torch.randn(plain.mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    grads, values = [], []
+    for batch in (plain, shared):
+        model.zero_grad()
+        lp, ent = response_logprobs(model, batch, chunk=4, temperature=0.7, with_entropy=True)
+        ((lp * weights * batch.mask).sum() + ent.sum()).backward()
+        values.append((lp, ent))
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    # The same tokens at the same positions over the same keys, batched and padded differently.
+    seq = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    for a, b in zip(*values):
+        tol = forward_tol(model.config, seq, float(a.abs().max()), torch.float64)
+        torch.testing.assert_close(b, a, rtol=0, atol=tol)
+    for n, g in grads[0].items():
+        assert_close_by_size(grads[1][n], g, _grad_terms(model, plain.num_tokens))
 
 
 @pytest.mark.parametrize("threads", THREADS)

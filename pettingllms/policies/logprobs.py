@@ -8,6 +8,7 @@ keeping them: peak logits memory is one chunk x vocab, not batch x length x voca
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -30,6 +31,7 @@ class PackedBatch:
     row_idx: Tensor  # [N] batch row of each response token (N = sum of response lengths)
     col_idx: Tensor  # [N] its index within the response
     pos_idx: Tensor  # [N] the sequence position whose hidden state predicts it
+    shared: Optional["SharedPrompts"] = None  # set when samples repeat a prompt (K candidates)
 
     @property
     def num_tokens(self) -> int:
@@ -49,7 +51,39 @@ class PackedBatch:
         return out
 
 
-def pack(samples: Sequence[Sample], pad_id: int = 0) -> PackedBatch:
+@dataclass
+class SharedPrompts:
+    """The same batch as distinct prompts (left-padded, run once) plus responses (right-padded,
+    run on the prompts' KV cache expanded to every sample): K candidates of one prompt then cost
+    one prompt forward instead of K. Same numbers as the [prompt + response] rows, up to rounding."""
+    prompt_ids: Tensor  # [U, P] distinct prompts, left-padded
+    prompt_mask: Tensor  # [U, P]
+    owner: Tensor  # [B] the prompt row of each sample
+    response_ids: Tensor  # [B, T] right-padded
+    response_mask: Tensor  # [B, T]
+
+
+def share_prompts(samples: Sequence[Sample], pad_id: int) -> Optional[SharedPrompts]:
+    """The shared-prompt layout, or None when no two samples have the same prompt."""
+    index: dict[tuple[int, ...], int] = {}
+    owner = [index.setdefault(tuple(s.prompt_ids), len(index)) for s in samples]
+    if len(index) == len(samples):
+        return None
+    P, T = max(len(p) for p in index), max(len(s.response_ids) for s in samples)
+    prompt_ids = torch.full((len(index), P), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(index), P), dtype=torch.long)
+    for prompt, u in index.items():
+        prompt_ids[u, P - len(prompt):] = torch.as_tensor(prompt, dtype=torch.long)
+        prompt_mask[u, P - len(prompt):] = 1
+    response_ids = torch.full((len(samples), T), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((len(samples), T), dtype=torch.long)
+    for b, s in enumerate(samples):
+        response_ids[b, : len(s.response_ids)] = torch.as_tensor(list(s.response_ids), dtype=torch.long)
+        response_mask[b, : len(s.response_ids)] = 1
+    return SharedPrompts(prompt_ids, prompt_mask, torch.tensor(owner), response_ids, response_mask)
+
+
+def pack(samples: Sequence[Sample], pad_id: int = 0, share: bool = False) -> PackedBatch:
     if not samples:
         raise ValueError("pack() needs at least one sample")
     plens = [len(s.prompt_ids) for s in samples]
@@ -78,7 +112,8 @@ def pack(samples: Sequence[Sample], pad_id: int = 0) -> PackedBatch:
         input_ids=input_ids, attention_mask=attention_mask, prompt_lens=plens, response_lens=rlens,
         mask=mask, targets=targets,
         row_idx=torch.cat(rows) if rows else empty, col_idx=torch.cat(cols) if cols else empty,
-        pos_idx=torch.cat(poss) if poss else empty)
+        pos_idx=torch.cat(poss) if poss else empty,
+        shared=share_prompts(samples, pad_id) if share and T > 0 else None)
 
 
 def at_least_fp32(x: Tensor) -> Tensor:
@@ -140,13 +175,40 @@ def response_logprobs(model: torch.nn.Module, batch: PackedBatch, chunk: int, te
     """[B, T] logprobs of the response tokens (zeros on padding), and entropy if asked."""
     body, lm_head, softcap = causal_lm_parts(model)
     device = lm_head.weight.device
-    out = body(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-               use_cache=False)
-    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-    rows = hidden[batch.row_idx.to(device), batch.pos_idx.to(device)]
     targets = batch.input_ids[batch.row_idx, batch.pos_idx + 1].to(device)
+    if batch.shared is not None:
+        rows = _shared_prompt_rows(body, batch, device)
+    else:
+        out = body(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                   use_cache=False)
+        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        rows = hidden[batch.row_idx.to(device), batch.pos_idx.to(device)]
     lp, ent = token_logprobs(rows, targets, lm_head, chunk, temperature, softcap, with_entropy)
     return batch.to_padded(lp), (batch.to_padded(ent) if ent is not None else None)
+
+
+def _shared_prompt_rows(body: torch.nn.Module, batch: PackedBatch, device: torch.device) -> Tensor:
+    """[N, H] hidden states that predict the response tokens, from the shared-prompt layout: the
+    distinct prompts run once into a KV cache, which is expanded (a differentiable gather) to the
+    samples, whose responses then run on it at their true positions."""
+    from transformers import DynamicCache
+
+    sh = batch.shared
+    pmask, owner = sh.prompt_mask.to(device), sh.owner.to(device)
+    kwarg = "cache" if "cache" in inspect.signature(body.forward).parameters else "past_key_values"
+    cache = DynamicCache(config=body.config)
+    first = body(input_ids=sh.prompt_ids.to(device), attention_mask=pmask,
+                 position_ids=(pmask.cumsum(-1) - 1).clamp(min=0), use_cache=True, **{kwarg: cache})
+    cache.batch_select_indices(owner)
+    plens = pmask.sum(-1)[owner]
+    steps = torch.arange(sh.response_ids.shape[1], device=device)
+    rest = body(input_ids=sh.response_ids.to(device), attention_mask=torch.cat([pmask[owner], sh.response_mask.to(device)], 1),
+                position_ids=plens[:, None] + steps[None, :], use_cache=True, **{kwarg: cache})
+    last = (first.last_hidden_state if hasattr(first, "last_hidden_state") else first[0])[:, -1:]
+    later = rest.last_hidden_state if hasattr(rest, "last_hidden_state") else rest[0]
+    # column j predicts response token j: the prompt's last position, then response positions
+    hidden = torch.cat([last[owner], later[:, :-1]], dim=1)
+    return hidden[batch.row_idx.to(device), batch.col_idx.to(device)]
 
 
 def full_logits_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0,

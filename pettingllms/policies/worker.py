@@ -204,8 +204,13 @@ class PolicyWorker:
         pad = getattr(self.model.config, "pad_token_id", None)
         return int(pad) if isinstance(pad, int) else 0
 
+    def _share_prompts(self) -> bool:
+        # K candidates of one prompt run the prompt once (logprobs.SharedPrompts). Gradient
+        # checkpointing turns the KV cache off in training, so it keeps the plain rows.
+        return not self.cfg.model.gradient_checkpointing
+
     def _forward(self, samples: Sequence[Sample], with_entropy: bool = False, model=None):
-        batch = pack(samples, self._pad_id())
+        batch = pack(samples, self._pad_id(), share=self._share_prompts())
         with self._autocast():
             lp, ent = response_logprobs(model or self.model, batch, int(self.trainer.logprob_chunk),
                                         self.temperature, with_entropy)
@@ -300,8 +305,14 @@ class PolicyWorker:
         return m
 
     def _micro_batches(self, idx: list[int], samples: list[Sample]) -> list[list[int]]:
-        # Sort by length so micro-batches carry little padding; the sum is order-free.
-        idx = sorted(idx, key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
+        # Sort by length so micro-batches carry little padding (with shared prompts: by prompt, so
+        # that a prompt's candidates share a micro-batch, then by response length); the sum is
+        # order-free.
+        if self._share_prompts():
+            idx = sorted(idx, key=lambda i: (len(samples[i].prompt_ids), tuple(samples[i].prompt_ids),
+                                             len(samples[i].response_ids)))
+        else:
+            idx = sorted(idx, key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
         mb = max(1, int(self.trainer.micro_batch_size))
         return [idx[i: i + mb] for i in range(0, len(idx), mb)]
 
