@@ -306,10 +306,14 @@ class PolicyWorker:
 
     def _micro_batches(self, idx: list[int], samples: list[Sample]) -> list[list[int]]:
         # Sort by length so micro-batches carry little padding (with shared prompts: by prompt, so
-        # that a prompt's candidates share a micro-batch, then by response length); the sum is
-        # order-free.
+        # that a prompt's candidates share a micro-batch, prompts by their longest response, the
+        # padding every candidate gets); the sum is order-free.
         if self._share_prompts():
-            idx = sorted(idx, key=lambda i: (len(samples[i].prompt_ids), tuple(samples[i].prompt_ids),
+            longest: dict[tuple[int, ...], int] = {}
+            for i in idx:
+                key = tuple(samples[i].prompt_ids)
+                longest[key] = max(longest.get(key, 0), len(samples[i].response_ids))
+            idx = sorted(idx, key=lambda i: (longest[tuple(samples[i].prompt_ids)], tuple(samples[i].prompt_ids),
                                              len(samples[i].response_ids)))
         else:
             idx = sorted(idx, key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
