@@ -114,13 +114,22 @@ def test_lora_sync_reflects_each_adapter_and_two_adapters_differ(engine):
         torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(ref), rtol=0, atol=ATOL)
 
 
-def test_full_weight_sync_reloads_in_place(engine):
+@pytest.mark.parametrize("via", ["tensors", "file"])
+def test_full_weight_sync_reloads_in_place(engine, tmp_path, via):
+    """Full weights as tensors (an in-process worker) or as a file each vLLM worker reads itself
+    (trainer.backend=verl: only the path crosses the driver)."""
+    from pettingllms.rollout.engines.weights import WeightUpdate, write_full_weights
+
     ps = build_policies(make_cfg(), ["solo"])
     worker = ps.workers["shared"]
     before = _ask(engine, "shared", temperature=1.0)
-    for step in range(2):
-        worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=90 + step), step)
-    engine.update_weights(worker.weight_update())
+    for step in range(2):  # other samples per case: each case moves the engine's weights again
+        worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=90 + 5 * (via == "file") + step), step)
+    update = worker.weight_update()
+    if via == "file":
+        folder = write_full_weights(update.tensors, tmp_path / "v2", torch.float32)
+        update = WeightUpdate(update.policy, "full", {}, version=update.version, path=str(folder))
+    engine.update_weights(update)
     after = _ask(engine, "shared", temperature=1.0)
     assert [c.response_ids for c in after] != [c.response_ids for c in before]
     for c, ref in zip(after, worker.logprobs(_as_samples("solo", after))):
