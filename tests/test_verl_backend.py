@@ -127,17 +127,16 @@ def _engine_logprobs(engine, policy: str):
     return [c for cs in engine.generate(reqs) for c in cs]
 
 
-def _check_file_sync(worker, initial, sync_dir: Path) -> None:
+def _check_file_sync(worker, engine, before, initial, sync_dir: Path) -> None:
     """Full fine-tuning: the update names a file under sync_dir that rank 0 wrote; no weight tensor
-    reaches the driver; the previous version is gone; an engine that applies it generates with
-    the updated policy's logprobs.
+    reaches the driver; the previous version (applied before the update) is gone; the engine that
+    applies it generates with the updated policy's logprobs.
 
     Tolerance: both sides run the same HF modules in fp32 on the same weights, only batched and
     padded differently; a logprob is a log-softmax over the vocabulary of 2-layer, 64-wide
     activations, so the two round apart by ~1e-6; 1e-4 leaves room for other CPUs' kernels, while
     stale weights (one Adam step at lr 1e-2 on every weight) are off by far more."""
     from pettingllms.records import Sample
-    from pettingllms.rollout.engines.hf import HFEngine
     from pettingllms.rollout.engines.weights import FULL_WEIGHTS
 
     def through_driver():
@@ -151,14 +150,9 @@ def _check_file_sync(worker, initial, sync_dir: Path) -> None:
     assert update.kind == "full" and update.tensors == {} and update.num_bytes == 0
     assert update.version == 1 and Path(update.path).parent.parent == sync_dir
     assert (Path(update.path) / FULL_WEIGHTS).is_file()
-    assert not Path(initial.path).exists()  # the version synced before the update: applied, deleted
-
-    engine = HFEngine({worker.name: TINY}, dtype="float32")
-    engine.update_weights(initial)
-    before = _engine_logprobs(engine, worker.name)
+    assert not Path(initial.path).exists()
     engine.update_weights(update)
     after = _engine_logprobs(engine, worker.name)
-    engine.close()
     assert [(c.response_ids, c.logprobs) for c in after] != [(c.response_ids, c.logprobs) for c in before]
     samples = [Sample(agent="a", turn=0, problem_id="p", episode_id=f"e{i}", prompt_ids=c.prompt_ids,
                       response_ids=c.response_ids, logprobs=c.logprobs, candidate=i, advantage=0.0)
@@ -204,13 +198,18 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
         for k in start:  # the same initial weights (LoRA: the adapter local initialised, handed over)
             torch.testing.assert_close(start_v[k].float(), start[k].float(), rtol=0, atol=0)
         initial = worker.weight_update()  # the sync a run does before its first step
+        if not lora:
+            from pettingllms.rollout.engines.hf import HFEngine
+            engine = HFEngine({worker.name: TINY}, dtype="float32")
+            engine.update_weights(initial)
+            before = _engine_logprobs(engine, worker.name)
         m_verl = worker.update(samples, step=1)
         end_v = worker.trained_weights()[0]
         if lora:
             update = worker.weight_update()
             assert update.kind == "lora" and set(update.tensors) == set(end_v) and not update.path
         else:
-            _check_file_sync(worker, initial, sync_dir)
+            _check_file_sync(worker, engine, before, initial, sync_dir)
     finally:
         worker.close()
         cluster.shutdown()
