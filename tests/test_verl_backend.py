@@ -36,6 +36,26 @@ def test_cpu_platform_registers_with_gloo_and_a_device_name():
     assert cpu.worker_env(False) == {}
 
 
+def test_one_device_setting_and_the_sync_folder(tmp_path):
+    """verl's ranks follow trainer.device (its type; cuda:N's index is the HF engine's); full
+    fine-tuning's sync files go to trainer.verl.sync_dir, else the run folder (stale ones cleared),
+    else (evaluation) a folder the worker makes on this node."""
+    from pettingllms.config import ConfigError
+    from pettingllms.policies.verl.setup import _device_type
+    from pettingllms.trainer.backends import make_backend
+
+    assert _device_type("cpu") == "cpu" and _device_type("cuda:1") == "cuda"
+    with pytest.raises(ConfigError, match="cpu or cuda"):
+        _device_type("mps")
+    cfg = make_cfg({"trainer": {"backend": "verl"}})
+    (tmp_path / "weight_sync" / "shared-old").mkdir(parents=True)
+    assert make_backend(cfg, lambda: None, run_dir=tmp_path)._sync_dir() == tmp_path / "weight_sync"
+    assert not (tmp_path / "weight_sync").exists()
+    assert make_backend(cfg, lambda: None)._sync_dir() is None
+    cfg = make_cfg({"trainer": {"backend": "verl", "verl": {"sync_dir": str(tmp_path / "shared")}}})
+    assert make_backend(cfg, lambda: None, run_dir=tmp_path)._sync_dir() == tmp_path / "shared"
+
+
 # ---------------------------------------------------------------- the batch layout
 def test_samples_become_verls_batch_without_retokenising():
     samples = make_samples("a", [1.0, -0.5, 0.25], seed=3)
