@@ -65,14 +65,14 @@ class PolicyTrainingWorker(TrainingWorker):
     def write_full_weights(self, folder: str, dtype: str) -> str | None:
         """Full fine-tuning's engine sync: rank 0 writes every weight (HF names, engine dtype) to
         `folder`/model.safetensors, which the engines read themselves; the driver gets the path."""
-        from pettingllms.rollout.engines.weights import write_full_weights
+        from pettingllms.rollout.engines import weights
         from pettingllms.utils.models import torch_dtype
 
         with self.engine.eval_mode(disable_auto_offload=False):
             state = self._full_state()
         if torch.distributed.get_rank() != 0:
             return None
-        return str(write_full_weights(state, folder, torch_dtype(dtype)))
+        return str(weights.write_full_weights(state, folder, torch_dtype(dtype)))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def export_pretrained(self, folder: str) -> None:

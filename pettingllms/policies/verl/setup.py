@@ -68,6 +68,9 @@ class RayCluster:
         n, nodes = int(tr.n_gpus_per_node), int(tr.nnodes)
         if n < 1 or nodes < 1:
             raise ConfigError(f"trainer.n_gpus_per_node ({n}) and trainer.nnodes ({nodes}) must be >= 1")
+        device = str(tr.device)
+        if device != "auto":  # cuda:N places the HF engine; verl places its ranks on the cluster's GPUs
+            device = _device_type(device)
         owns = False
         if not ray.is_initialized():
             address = str(vc.ray_address) or None
@@ -79,9 +82,6 @@ class RayCluster:
             else:
                 ray.init(address=address, log_to_driver=False)
             owns = True
-        device = str(tr.device)
-        if device != "auto":  # cuda:N places the HF engine; verl places its ranks on the cluster's GPUs
-            device = _device_type(device)
         if device == "auto":
             device = "cuda" if ray.cluster_resources().get("GPU", 0) >= 1 else "cpu"
         if device == "cpu" and nodes > 1:
