@@ -51,6 +51,10 @@ class VLLMConfig:
     gpu_memory_utilization: float = 0.4  # GPU share for weights + KV cache (the trainer uses the rest)
     sleep_mode: bool = False  # GPU: free the KV cache while policies train, wake before the next rollout
     cpu_kvcache_gib: int = 4  # CPU build: KV cache size (VLLM_CPU_KVCACHE_SPACE), per engine
+    # CPU build: compute threads of an in-process engine. 0: this process's torch thread count
+    # (trainer.threads; a Ray worker's CPUs), unpinned; -1: vLLM's own default (it pins to one core
+    # per physical core minus one reserved for a scheduler process, and cuts torch to 1 thread)
+    cpu_threads: int = 0
     max_model_len: Optional[int] = None  # None: rollout.max_prompt_tokens + sampling.max_new_tokens
     max_num_seqs: int = 256
     logprobs_mode: str = "processed_logprobs"  # logprobs under the distribution sampled from

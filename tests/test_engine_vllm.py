@@ -142,3 +142,28 @@ def test_bad_input_is_one_clear_error(engine):
         _ask(engine, "nobody")
     with pytest.raises(ValueError, match="bad sampling params"):
         _ask(engine, "shared", temperature=-1.0)
+
+
+@pytest.mark.parametrize("setting, preset, expect", [
+    (0, {}, {"OMP_NUM_THREADS": "3", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}),
+    (2, {}, {"OMP_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}),
+    (0, {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"},  # the user's variables win
+     {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"}),
+    (-1, {}, {"OMP_NUM_THREADS": None, "VLLM_CPU_OMP_THREADS_BIND": None}),  # vLLM's own default
+])
+def test_cpu_threads_setting_reaches_vllms_environment(monkeypatch, setting, preset, expect):
+    import os
+
+    from pettingllms.rollout.engines import vllm as vllm_engine
+
+    for k in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in preset.items():
+        monkeypatch.setenv(k, v)
+    threads = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    vllm_engine._set_cpu_threads(setting)
+    assert {k: os.environ.get(k) for k in expect} == expect
+    assert threads == ([setting] if setting > 0 else [])

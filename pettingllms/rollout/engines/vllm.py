@@ -60,6 +60,24 @@ class _Served:
 def _set_env(options: Any) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(options.cpu_kvcache_gib))
+    _set_cpu_threads(int(options.cpu_threads))
+
+
+def _set_cpu_threads(threads: int) -> None:
+    """vLLM's CPU build pins its compute threads to one core per physical core, keeps one core
+    free for a scheduler process, and cuts torch to 1 thread unless OMP_NUM_THREADS is set. An
+    in-process engine has no scheduler process, so on a 2-core box that leaves one core idle,
+    and the pinning also binds the trainer's own torch ops in this process. So: the thread count
+    this process already uses (or `threads`), unpinned. Variables the user set win."""
+    import torch
+
+    if threads < 0 or torch.cuda.is_available():
+        return
+    n = threads or torch.get_num_threads()
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))  # vLLM then leaves torch's count alone
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    if threads:
+        torch.set_num_threads(n)
 
 
 @contextlib.contextmanager
