@@ -30,6 +30,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--dtype", default="bfloat16", help="model.dtype (base / compute)")
     ap.add_argument("--sequences", type=int, default=8)
+    ap.add_argument("--k", type=int, default=1, help="sequences per prompt (GRPO's K candidates share a prompt)")
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--response-len", type=int, default=192)
     ap.add_argument("--micro-batch", type=int, default=8)
@@ -57,8 +58,10 @@ def main(argv=None) -> dict:
     rss_loaded = peak_rss_mb()
     vocab = worker.model.get_input_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=g).tolist()
+               for _ in range(-(-args.sequences // max(1, args.k)))]
     samples = [Sample(agent="agent", turn=0, problem_id=str(i), episode_id=str(i),
-                      prompt_ids=torch.randint(0, vocab, (args.prompt_len,), generator=g).tolist(),
+                      prompt_ids=prompts[i // max(1, args.k)],
                       response_ids=torch.randint(0, vocab, (args.response_len,), generator=g).tolist(),
                       logprobs=[-1.0] * args.response_len, advantage=float(i % 2) * 2 - 1)
                for i in range(args.sequences)]
@@ -73,7 +76,7 @@ def main(argv=None) -> dict:
         losses.append(m["loss"])
     result = {
         "model": args.model, "mode": "full" if args.full else f"lora-r{args.rank}", "dtype": args.dtype,
-        "sequences": args.sequences, "tokens_per_sequence": args.prompt_len + args.response_len,
+        "sequences": args.sequences, "k": args.k, "tokens_per_sequence": args.prompt_len + args.response_len,
         "micro_batch": args.micro_batch, "logprob_chunk": args.chunk, "threads": torch.get_num_threads(),
         "gradient_checkpointing": args.gradient_checkpointing,
         "load_s": round(load_s, 2), "logprobs_no_grad_s": round(logprob_s, 2),
