@@ -200,6 +200,19 @@ def render_grid(rows: list[str] | list[list[Any]], coords: bool = True,
     return "\n".join(body)
 
 
+def offset_words(frm: tuple[int, int], to: tuple[int, int]) -> str:
+    """Where cell `to` lies from cell `frm`, in words: '1 row down and 2 columns left'."""
+    dr, dc = to[0] - frm[0], to[1] - frm[1]
+    parts = [f"{abs(dr)} row{'s' * (abs(dr) != 1)} {'down' if dr > 0 else 'up'}"] if dr else []
+    parts += [f"{abs(dc)} column{'s' * (abs(dc) != 1)} {'right' if dc > 0 else 'left'}"] if dc else []
+    return " and ".join(parts) or "the same cell"
+
+
+def cell_words(p: tuple[int, int]) -> str:
+    """A 0-based (row, col) as the grid's 1-based labels."""
+    return f"row {p[0] + 1}, column {p[1] + 1}"
+
+
 def clip_text(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     text = text if isinstance(text, str) else str(text)
     return text if len(text) <= limit else text[: limit // 2] + "\n...[cut]...\n" + text[-limit // 2:]
@@ -271,6 +284,11 @@ class GridTaskEnv(MultiAgentEnv):
 
     def format_actions(self, actions: list[Any]) -> str:
         return ", ".join(str(a) for a in actions)
+
+    def describe_state(self, state: Any) -> str:
+        """The state's key positions in words, shown under the grid: small models misread
+        coordinates off a drawn grid far more often than they misplan (see easy_levels.md)."""
+        return ""
 
     # ---- MultiAgentEnv ---------------------------------------------------------------
     def reset(self, problem: dict[str, Any], seed: int) -> None:
@@ -398,8 +416,11 @@ class GridTaskEnv(MultiAgentEnv):
         p = self.prompts
         role = "single" if self.single_agent else agent
         fields = self.prompt_fields()
-        parts = [p.TASK.format(**fields),
-                 f"Current state (turn {self.turn + 1} of {self.max_turns}):\n{self.render()}"]
+        state_text = self.render()
+        described = self.describe_state(self.state) if self.state is not None else ""
+        if described:
+            state_text += "\n" + described
+        parts = [p.TASK.format(**fields), f"Current state (turn {self.turn + 1} of {self.max_turns}):\n{state_text}"]
         if self.history:
             parts.append("Committed so far: " + "; ".join(self.history[-4:]))
         other = {"tool": "plan", "plan": "tool"}[agent]
