@@ -111,7 +111,7 @@ _MARKER = re.compile(r"^[\s>*#_`-]*(?:final\s+)?(?:actions?|moves?)\s*[*_`]*\s*[
 
 
 def action_payload(text: str, bare_ok: bool = False) -> str | None:
-    """The text after the last `Actions:` marker, up to the next blank line (so an
+    """The text after the last `Actions:` marker that has any, up to the next blank line (so an
     explanation after the actions is not read as actions).
 
     Without a marker: the last non-empty line, which the env accepts only if every token in
@@ -119,12 +119,14 @@ def action_payload(text: str, bare_ok: bool = False) -> str | None:
     """
     if not isinstance(text, str) or not text.strip():
         return None
-    last = None
-    for last in _MARKER.finditer(text):
-        pass
-    if last is not None:
-        rest = text[last.end():last.end() + MAX_PARSE_CHARS].lstrip(" \t\r\n")
-        return re.split(r"\n[ \t\r]*\n", rest, maxsplit=1)[0]
+    payload = None
+    for marker in _MARKER.finditer(text):
+        rest = text[marker.end():marker.end() + MAX_PARSE_CHARS].lstrip(" \t\r\n")
+        rest = re.split(r"\n[ \t\r]*\n", rest, maxsplit=1)[0]
+        if rest.strip() or payload is None:  # a reply cut off right after its last marker keeps the one before
+            payload = rest
+    if payload is not None:
+        return payload
     if bare_ok:
         return text[-MAX_PARSE_CHARS:]
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
