@@ -396,12 +396,14 @@ class GridTaskEnv(MultiAgentEnv):
         return StepResult(reward, self._info(parsed, out))
 
     # ---- prompts ---------------------------------------------------------------------
-    def _describe_last(self, agent: str) -> str:
+    def _describe_last(self, agent: str, brief: bool = False) -> str:
+        """`agent`'s last output for a prompt; `brief` (shown to the teammate): an error without
+        the program's stderr, which only its author can act on and which derails a small model."""
         last = self.last.get(agent)
         if not last:
             return ""
         if last.get("error"):
-            text = f"error: {last['error']}"
+            text = f"error: {last['error'].split(':', 1)[0] if brief else last['error']}"
         else:
             text = (f"actions: {clip_text(self.format_actions(last['actions']), 600)}\n"
                     f"{last['applied']} applied, {last['invalid']} invalid")
@@ -429,7 +431,7 @@ class GridTaskEnv(MultiAgentEnv):
         if not self.single_agent and other in self.last:
             title = ("The plan agent's last committed actions" if other == "plan" else
                      "The tool agent's program output (scored on a copy, NOT applied)")
-            parts.append(f"{title}:\n{self._describe_last(other)}")
+            parts.append(f"{title}:\n{self._describe_last(other, brief=True)}")
         if agent in self.last:
             parts.append(f"Your last output:\n{self._describe_last(agent)}")
         if agent == "tool":
