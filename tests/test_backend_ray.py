@@ -64,6 +64,17 @@ def test_two_workers_give_a_valid_step_then_a_killed_worker_fails_the_next_clear
         assert m["samples/count"] == 12 and m["groups/count"] == 6 and m["episode/count"] == 3
         assert all(math.isfinite(v) for v in m.values() if isinstance(v, float))
         assert m["policies/trained"] == 1.0 and m["tokens/generated_per_s"] > 0
+        # Ray's memory monitor killing a worker surfaces as OutOfMemoryError from ray.get
+        real_get = ray.get
+
+        def oom_get(ref, **kw):
+            raise ray.exceptions.OutOfMemoryError("1 worker(s) were killed due to the node running low on memory.")
+        ray.get = oom_get
+        try:
+            with pytest.raises(RuntimeError, match=r"rollout worker [01] failed during weight sync \(OutOfMemoryError"):
+                trainer.backend.apply_updates([])
+        finally:
+            ray.get = real_get
         ray.kill(trainer.backend.workers[1])
         t0 = time.monotonic()
         with pytest.raises(RuntimeError, match=r"rollout worker 1 died during rollout"):

@@ -99,6 +99,12 @@ def _torch_pin() -> str:
     return "torch==" + metadata.version("torch").split("+")[0]
 
 
+def _peft_pin() -> str:
+    """TRL's LoRA side needs peft, which trl does not depend on: the same version as ours."""
+    from importlib import metadata
+    return "peft==" + metadata.version("peft")
+
+
 def _commit() -> str:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
@@ -119,10 +125,11 @@ def trl_python(args: argparse.Namespace, create: bool) -> str | None:
     if not create:
         return None
     torch_pin = _torch_pin()
-    print(f"building {venv} ({torch_pin}, {', '.join(TRL_PINS)}); minutes, once", flush=True)
+    pins = (torch_pin, _peft_pin(), *TRL_PINS)
+    print(f"building {venv} ({', '.join(pins)}); minutes, once", flush=True)
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", torch_pin, *TRL_PINS], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", *pins], check=True)
     return str(py)
 
 
@@ -367,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     py = trl_python(args, create=False) if need_trl else None
     if need_trl:
         print("TRL:", json.dumps(_versions(py, ("trl", "torch", "transformers", "peft"))) if py else
-              f"not installed here; the run builds {args.trl_venv} with {_torch_pin()}, {', '.join(TRL_PINS)}")
+              f"not installed here; the run builds {args.trl_venv} with "
+              f"{', '.join((_torch_pin(), _peft_pin(), *TRL_PINS))}")
     if args.dry_run:
         return 0
     if need_trl and py is None:

@@ -170,7 +170,7 @@ class RayBackend(Backend):
         """Results of (worker index, object ref) calls in order; one clear error naming the worker
         if one dies or the whole call outlives ray.step_timeout_s."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
         timeout = float(self.cfg.ray.step_timeout_s)
         deadline = time.monotonic() + timeout
@@ -194,6 +194,9 @@ class RayBackend(Backend):
                                    f"{e.cause!r}") from None
             except GetTimeoutError:
                 raise RuntimeError(f"ray backend: {what} on rollout worker {index[ref]} timed out") from None
+            except RayError as e:  # e.g. OutOfMemoryError: Ray's memory monitor killed the worker
+                raise RuntimeError(f"ray backend: rollout worker {index[ref]} failed during {what} "
+                                   f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
         return [done[ref] for _, ref in calls]
 
     def runner(self, cfg: DictConfig | None = None) -> Runner:
