@@ -194,6 +194,7 @@ class TrainerConfig:
     logprob_chunk: int = 1024  # tokens per logits chunk (never batch x length x vocab at once)
     save_freq: int = 0  # 0: only at the end
     val_freq: int = 0  # 0: never during training
+    val_before: bool = False  # also validate the untrained policy; the run ends printing before -> after
     resume: str = "none"  # none | auto | PATH to a checkpoint folder
     resume_allow_changes: bool = False  # resume with a changed config (recorded in config_changes.jsonl)
     output_dir: str = "outputs"

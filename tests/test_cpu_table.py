@@ -37,7 +37,7 @@ def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
     math_rows = {r.name for col, r, _ in runs if col == "math_easy"}
     assert math_rows == {"single", "single_grpo", "mas", "mas_flat_grpo", "at_grpo_l1", "at_grpo_l2",
                          "group_none", "group_agent", "group_turn"}
-    assert {col for col, _, _ in runs} == {"math_easy", "plan_path_easy", "sudoku_easy"}
+    assert {col for col, _, _ in runs} == {"math_easy", "plan_path_easy", "sokoban_easy"}
     for col, row, _ in runs:
         assert sorted(seed for c, r, seed in runs if (c, r.name) == (col, row.name)) == [0, 1]
     budget_keys = ("trainer.total_steps=", "rollout.batch_size=", "rollout.k=", "rollout.sampling.max_new_tokens=",

@@ -23,34 +23,38 @@ def _rows(data_root, env, split="test"):
     return load_split(f"{env}_easy", split, data_root, builder=f"pettingllms.envs.{env}.data")
 
 
-def test_sudoku_easy_is_4x4_with_2_to_4_blanks(data_root):
+def test_sudoku_easy_is_4x4_with_1_or_2_blanks(data_root):
     rows = _rows(data_root, "sudoku")
-    assert len(rows) == 200
+    assert len(rows) == 200 and {r["blanks"] for r in rows} == {1, 2}
     for r in rows:
-        assert r["size"] == 4 and 2 <= r["blanks"] <= 4
+        assert r["size"] == 4 and 1 <= r["blanks"] <= 2
         assert sum(v == 0 for row in json.loads(r["puzzle"]) for v in row) == r["blanks"]
 
 
-def test_sokoban_easy_is_one_box_next_to_its_target(data_root):
+def test_sokoban_easy_is_one_push_after_at_most_one_step(data_root):
     train, test = _rows(data_root, "sokoban", "train"), _rows(data_root, "sokoban")
     assert (len(train), len(test)) == (200, 60)
     assert not {r["level"] for r in train} & {r["level"] for r in test}
     for r in test:
-        assert r["n_boxes"] == 1 and 1 <= r["optimal_moves"] <= 3 and r["solution_optimal"]
+        assert r["n_boxes"] == 1 and 1 <= r["optimal_moves"] <= 2 and r["solution_optimal"]
         rows = json.loads(r["level"])
         box = [(i, j) for i, line in enumerate(rows) for j, ch in enumerate(line) if ch == "$"]
         target = [(i, j) for i, line in enumerate(rows) for j, ch in enumerate(line) if ch == "."]
         assert len(box) == len(target) == 1
         assert abs(box[0][0] - target[0][0]) + abs(box[0][1] - target[0][1]) == 1
+        # the last move pushes the box from its cell onto the target
+        assert {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}[r["solution"][-1]] == \
+            (target[0][0] - box[0][0], target[0][1] - box[0][1])
         env = make_env("sokoban", max_turns=1)  # the stored solution solves it
         env.reset(r, seed=0)
         env.step("plan", "Actions: " + ", ".join(r["solution"]))
         assert env.success
 
 
-def test_plan_path_easy_is_tiny(data_root):
+def test_plan_path_easy_is_tiny_with_the_goal_one_or_two_moves_away(data_root):
     rows = _rows(data_root, "plan_path")
-    assert all(r["height"] <= 4 and r["width"] <= 4 and 2 <= r["optimal_moves"] <= 6 for r in rows)
+    assert all(r["height"] <= 4 and r["width"] <= 4 and 1 <= r["optimal_moves"] <= 2 for r in rows)
+    assert {r["optimal_moves"] for r in rows} == {1, 2}
 
 
 def test_code_easy_tasks_are_short_and_their_tests_hold():
@@ -97,3 +101,38 @@ def test_easy_data_builds_through_the_config(env, tmp_path):
     rows = comp.load_problems(cfg, "test", 3)
     easy_tiers = importlib.import_module(f"pettingllms.envs.{env}.data").EASY_TIERS
     assert len(rows) == 3 and all(r["tier"] in easy_tiers for r in rows)
+
+
+def test_grid_observations_say_where_things_are():
+    # positions in words under the drawn grid, 1-based like the grid's labels, updated after moves
+    env = make_env("plan_path", max_turns=2)
+    env.reset({"id": "p", "grid": json.dumps(["...", "...", "..#"]), "start": "[2, 0]", "goal": "[1, 1]"}, seed=0)
+    assert ("You (A) are at row 3, column 1; the goal (G) is at row 2, column 2, 1 row up and 1 column right "
+            "from you.") in env.observation("plan")[1]["content"]
+    env.step("plan", "Actions: U")
+    assert "row 2, column 1; the goal (G) is at row 2, column 2, 1 column right from you" in \
+        env.observation("tool")[1]["content"]
+
+    env = make_env("sokoban", max_turns=2)
+    env.reset({"id": "s", "level": json.dumps(["#####", "#__@#", "#_$_#", "#_._#", "#####"])}, seed=0)
+    text = env.observation("plan")[1]["content"]
+    assert "You (@) are at row 2, column 4." in text
+    assert ("A box ($) is at row 3, column 3, 1 row down and 1 column left from you; the nearest free target (.) "
+            "is at row 4, column 3, 1 row down from that box.") in text
+
+    env = make_env("sudoku", max_turns=2)
+    env.reset({"id": "u", "box_h": 2, "box_w": 2,
+               "puzzle": json.dumps([[3, 2, 1, 0], [1, 4, 2, 3], [2, 3, 4, 1], [4, 1, 0, 2]])}, seed=0)
+    assert "Empty cells (row, col): (1, 4), (4, 3)." in env.observation("plan")[1]["content"]
+    env.step("plan", "Actions: (1, 4, 4)")
+    assert "Empty cells (row, col): (4, 3)." in env.observation("plan")[1]["content"]
+
+
+def test_code_easy_test_split_mixes_the_templates():
+    from pettingllms.envs.code.easy import TEST_CONSTANTS, easy_rows
+
+    _, test = easy_rows(0)
+    templates = [r["template"] for r in test]
+    # no template fills the split (add_N once had 7 of 28 test rows, all at its start)
+    assert max(templates.count(t) for t in set(templates)) <= TEST_CONSTANTS
+    assert len(set(templates[:8])) >= 6  # eval.limit=8 already sees a mix

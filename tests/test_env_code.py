@@ -191,6 +191,14 @@ def test_parsing_is_robust():
     assert extract_code("```python\ndef f():\n    return 1") == "def f():\n    return 1"
     assert extract_code("def f():\n    return 3\n") .startswith("def f")
     assert extract_code("just words") == "" and extract_code("```python\n(((\n```") == ""
+    # a function task: the solution is the last block defining the entry point, not a usage
+    # example after it; a later wrong definition still wins over an earlier right one
+    reply = "```python\ndef add_2(x):\n    return x + 2\n```\nUse it:\n```python\nprint(add_2(1))\n```"
+    assert extract_code(reply, "add_2") == "def add_2(x):\n    return x + 2"
+    assert extract_code(reply) == "print(add_2(1))"
+    fixed = reply + "\n```python\ndef add_2(x):\n    return x - 2\n```"
+    assert extract_code(fixed, "add_2") == "def add_2(x):\n    return x - 2"
+    assert extract_code("```python\nprint(3)\n```", "add_2") == "print(3)"  # none defines it: as before
     pairs = extract_io_tests("<input>\n1 2\n</input>\n<output>\n3\n</output>\n"
                              "<input>5</input><output></output>", max_tests=5)
     assert pairs == [{"input": "1 2\n", "output": "3"}]

@@ -121,6 +121,9 @@ def test_action_parsing_is_forgiving_but_not_credulous():
     assert parse_moves(action_payload('moves = ["U", "R"]'), 10).actions == ["U", "R"]
     assert parse_moves(action_payload("Actions: UURDL\n\nThis reaches G."), 10).actions == list("UURDL")
     assert parse_moves(action_payload("Actions:\n\n R, D\n L"), 10).actions == ["R", "D", "L"]
+    # a reply cut off (max_new_tokens) right after a last marker: the last marker with moves counts
+    assert parse_moves(action_payload("Actions: U, L\nThe rules say\nActions:"), 10).actions == ["U", "L"]
+    assert parse_moves(action_payload("Actions: U, L\nActions: D"), 10).actions == ["D"]
     assert parse_moves(action_payload("I go right then\nR R D"), 10, strict=True).actions == ["R", "R", "D"]
     assert parse_moves(action_payload("Let me think about it"), 10, strict=True).actions == []
     loose = parse_moves(action_payload("Actions: U, then R"), 10)

@@ -24,7 +24,7 @@ def test_quickstart_one_step_on_the_embedded_model(tmp_path):
         # the quick start's own config, one step, on a smaller batch to keep CI short
         ["bash", "scripts/train/quickstart.sh", "trainer.total_steps=1", "rollout.batch_size=2",
          "rollout.sampling.max_new_tokens=48", f"trainer.output_dir={out}", "trainer.run_name=ci",
-         "trainer.progress_bar=false"],
+         "trainer.progress_bar=false", "trainer.val_freq=1", "eval.limit=2"],
         cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=880)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     run = out / "quickstart" / "ci"
@@ -35,6 +35,9 @@ def test_quickstart_one_step_on_the_embedded_model(tmp_path):
     assert 0.0 <= m["reward/mean"] <= 1.5 and math.isfinite(m["train/loss"])
     assert m["samples/count"] > 0 and m["tokens/response"] > 0 and m["timing/generate_s"] > 0
     assert "step 1/1 | reward" in r.stdout  # the one-line console summary
+    # the quick start validates before and after training and says both at the end
+    assert "held-out math (untrained vs step 1): avg@2 " in r.stdout and " before -> " in r.stdout
+    assert (run / "val_before.json").is_file() and "val/math/avg@2" in m
     episodes = read_episodes(run / "trajectories" / "step_1.jsonl")
     assert {e.env for e in episodes} == {"math"}
     assert {s.agent for e in episodes for s in e.samples} >= {"tool", "reasoner"}

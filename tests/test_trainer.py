@@ -13,7 +13,7 @@ from pettingllms.records import Episode, Trajectory, read_episodes
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics, format_table
-from pettingllms.trainer.local import LocalTrainer, resolve_run, rollout_seed
+from pettingllms.trainer.local import LocalTrainer, before_after, resolve_run, rollout_seed
 from pettingllms.trainer.outputs import summary_line
 from trainer_fixtures import ENV_NAME, RandomTokenEngine, trainer_cfg
 
@@ -29,7 +29,8 @@ REQUIRED = ["step", "reward/mean", "timing/step_s", "reward/writer/mean", "rewar
 def two_step_run(tmp_path_factory):
     """Two steps of the full loop: tiny model, HF engine, LoRA off, validation at step 2."""
     tmp = tmp_path_factory.mktemp("train")
-    cfg = trainer_cfg(tmp, "trainer.run_name=r", "trainer.total_steps=2", "trainer.val_freq=2")
+    cfg = trainer_cfg(tmp, "trainer.run_name=r", "trainer.total_steps=2", "trainer.val_freq=2",
+                      "trainer.val_before=true")
     trainer = LocalTrainer(cfg)
     before = {k: v.clone() for k, v in trainer.workers["shared"].trainable_state().items()}
     history = trainer.fit()
@@ -190,3 +191,19 @@ def test_sandbox_and_judge_errors_are_step_metrics(two_step_run):
     for row in history:  # the vowel env runs no programs and asks no judge
         assert row["sandbox/runs"] == 0.0 and row["sandbox/errors"] == 0.0
         assert row["judge/errors"] == 0.0
+
+
+def test_held_out_before_and_after_training(two_step_run):
+    # trainer.val_before: the untrained policy is validated once (kept for a resume) and the run
+    # ends with one line comparing it with the last validation
+    run_dir, history, _, _ = two_step_run
+    before = json.loads((run_dir / "val_before.json").read_text())
+    env = f"val/{ENV_NAME}"
+    assert set(before) == {k for k in history[-1] if k.startswith("val/")} and f"{env}/avg@2" in before
+    line = before_after(before, history)
+    assert line.startswith(f"held-out {ENV_NAME} (untrained vs step 2): avg@2 {before[env + '/avg@2']:.3f} before -> ")
+    fake = {f"{env}/avg@2": 0.25, f"{env}/pass@2": 0.5}
+    after = [{"step": 1}, {"step": 2, f"{env}/avg@2": 0.5, f"{env}/pass@2": 0.5}]
+    assert before_after(fake, after).endswith("avg@2 0.250 before -> 0.500 after (+0.250); "
+                                              "pass@2 0.500 before -> 0.500 after (+0.000)")
+    assert "no validation at the last step" in before_after(fake, after[:1] + [{"step": 2}])

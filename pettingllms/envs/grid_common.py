@@ -111,7 +111,7 @@ _MARKER = re.compile(r"^[\s>*#_`-]*(?:final\s+)?(?:actions?|moves?)\s*[*_`]*\s*[
 
 
 def action_payload(text: str, bare_ok: bool = False) -> str | None:
-    """The text after the last `Actions:` marker, up to the next blank line (so an
+    """The text after the last `Actions:` marker that has any, up to the next blank line (so an
     explanation after the actions is not read as actions).
 
     Without a marker: the last non-empty line, which the env accepts only if every token in
@@ -119,12 +119,14 @@ def action_payload(text: str, bare_ok: bool = False) -> str | None:
     """
     if not isinstance(text, str) or not text.strip():
         return None
-    last = None
-    for last in _MARKER.finditer(text):
-        pass
-    if last is not None:
-        rest = text[last.end():last.end() + MAX_PARSE_CHARS].lstrip(" \t\r\n")
-        return re.split(r"\n[ \t\r]*\n", rest, maxsplit=1)[0]
+    payload = None
+    for marker in _MARKER.finditer(text):
+        rest = text[marker.end():marker.end() + MAX_PARSE_CHARS].lstrip(" \t\r\n")
+        rest = re.split(r"\n[ \t\r]*\n", rest, maxsplit=1)[0]
+        if rest.strip() or payload is None:  # a reply cut off right after its last marker keeps the one before
+            payload = rest
+    if payload is not None:
+        return payload
     if bare_ok:
         return text[-MAX_PARSE_CHARS:]
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
@@ -200,6 +202,19 @@ def render_grid(rows: list[str] | list[list[Any]], coords: bool = True,
     return "\n".join(body)
 
 
+def offset_words(frm: tuple[int, int], to: tuple[int, int]) -> str:
+    """Where cell `to` lies from cell `frm`, in words: '1 row down and 2 columns left'."""
+    dr, dc = to[0] - frm[0], to[1] - frm[1]
+    parts = [f"{abs(dr)} row{'s' * (abs(dr) != 1)} {'down' if dr > 0 else 'up'}"] if dr else []
+    parts += [f"{abs(dc)} column{'s' * (abs(dc) != 1)} {'right' if dc > 0 else 'left'}"] if dc else []
+    return " and ".join(parts) or "the same cell"
+
+
+def cell_words(p: tuple[int, int]) -> str:
+    """A 0-based (row, col) as the grid's 1-based labels."""
+    return f"row {p[0] + 1}, column {p[1] + 1}"
+
+
 def clip_text(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     text = text if isinstance(text, str) else str(text)
     return text if len(text) <= limit else text[: limit // 2] + "\n...[cut]...\n" + text[-limit // 2:]
@@ -271,6 +286,11 @@ class GridTaskEnv(MultiAgentEnv):
 
     def format_actions(self, actions: list[Any]) -> str:
         return ", ".join(str(a) for a in actions)
+
+    def describe_state(self, state: Any) -> str:
+        """The state's key positions in words, shown under the grid: small models misread
+        coordinates off a drawn grid far more often than they misplan (see easy_levels.md)."""
+        return ""
 
     # ---- MultiAgentEnv ---------------------------------------------------------------
     def reset(self, problem: dict[str, Any], seed: int) -> None:
@@ -376,12 +396,14 @@ class GridTaskEnv(MultiAgentEnv):
         return StepResult(reward, self._info(parsed, out))
 
     # ---- prompts ---------------------------------------------------------------------
-    def _describe_last(self, agent: str) -> str:
+    def _describe_last(self, agent: str, brief: bool = False) -> str:
+        """`agent`'s last output for a prompt; `brief` (shown to the teammate): an error without
+        the program's stderr, which only its author can act on and which derails a small model."""
         last = self.last.get(agent)
         if not last:
             return ""
         if last.get("error"):
-            text = f"error: {last['error']}"
+            text = f"error: {last['error'].split(':', 1)[0] if brief else last['error']}"
         else:
             text = (f"actions: {clip_text(self.format_actions(last['actions']), 600)}\n"
                     f"{last['applied']} applied, {last['invalid']} invalid")
@@ -398,15 +420,18 @@ class GridTaskEnv(MultiAgentEnv):
         p = self.prompts
         role = "single" if self.single_agent else agent
         fields = self.prompt_fields()
-        parts = [p.TASK.format(**fields),
-                 f"Current state (turn {self.turn + 1} of {self.max_turns}):\n{self.render()}"]
+        state_text = self.render()
+        described = self.describe_state(self.state) if self.state is not None else ""
+        if described:
+            state_text += "\n" + described
+        parts = [p.TASK.format(**fields), f"Current state (turn {self.turn + 1} of {self.max_turns}):\n{state_text}"]
         if self.history:
             parts.append("Committed so far: " + "; ".join(self.history[-4:]))
         other = {"tool": "plan", "plan": "tool"}[agent]
         if not self.single_agent and other in self.last:
             title = ("The plan agent's last committed actions" if other == "plan" else
                      "The tool agent's program output (scored on a copy, NOT applied)")
-            parts.append(f"{title}:\n{self._describe_last(other)}")
+            parts.append(f"{title}:\n{self._describe_last(other, brief=True)}")
         if agent in self.last:
             parts.append(f"Your last output:\n{self._describe_last(agent)}")
         if agent == "tool":

@@ -65,6 +65,23 @@ TEMPLATES: dict[str, tuple[str, str, str, Callable[..., Any], _Sampler, tuple[in
                  lambda n, x: abs(x), _ints(-30, 30), (0, 0)),
     "list_length": ("(xs: list) -> int", "Return how many items xs has.", "return len(xs)",
                     lambda n, xs: len(xs), _int_list, (0, 0)),
+    # a step harder: a filter or a comparison inside the one line
+    "sum_even": ("(xs: list) -> int", "Return the sum of the even numbers in xs.",
+                 "return sum(x for x in xs if x % 2 == 0)", lambda n, xs: sum(x for x in xs if x % 2 == 0),
+                 _int_list, (0, 0)),
+    "count_positive": ("(xs: list) -> int", "Return how many numbers in xs are greater than 0.",
+                       "return sum(1 for x in xs if x > 0)", lambda n, xs: sum(1 for x in xs if x > 0),
+                       _int_list, (0, 0)),
+    "double_all": ("(xs: list) -> list", "Return a new list with every number of xs doubled.",
+                   "return [2 * x for x in xs]", lambda n, xs: [2 * x for x in xs], _int_list, (0, 0)),
+    "max_minus_min": ("(xs: list) -> int", "Return the largest number in xs minus the smallest.",
+                      "return max(xs) - min(xs)", lambda n, xs: max(xs) - min(xs), _int_list, (0, 0)),
+    "is_palindrome": ("(s: str) -> bool", "Return True if s reads the same forwards and backwards, else False.",
+                      "return s == s[::-1]", lambda n, s: s == s[::-1], _word, (0, 0)),
+    "last_{n}_chars": ("(s: str) -> str", "Return the last {n} characters of s (all of s if it is shorter).",
+                       "return s[-{n}:]", lambda n, s: s[-n:], _word, (1, 4)),
+    "starts_with_{c}": ("(s: str) -> bool", "Return True if s starts with the letter '{c}', else False.",
+                        "return s.startswith('{c}')", lambda c, s: s.startswith(c), _word, (0, 7)),
 }
 _LETTERS = "abcdeiou"
 TESTS_PER_TASK = 4
@@ -88,13 +105,17 @@ def _task(template: str, n: int, rng: random.Random) -> dict[str, Any]:
     starter = f'def {name}{sig}:\n    """{docstring}\n    """\n'
     tests = [f"assert {name}({', '.join(repr(a) for a in args)}) == {impl(const, *args)!r}"
              for args in tests_args]
-    return {"source": "easy", "kind": "function", "question": starter, "entry_point": name,
+    return {"source": "easy", "kind": "function", "template": template, "question": starter, "entry_point": name,
             "starter": starter, "reference": starter + f"    {body.format(**fill)}\n", "tests": tests}
 
 
+TEST_CONSTANTS = 2  # per template with a constant: so no single template dominates the test split
+
+
 def easy_rows(seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train, test): every (template, constant) once, a quarter of each template's constants
-    in test; every third template without a constant goes wholly to test."""
+    """(train, test): every (template, constant) once, TEST_CONSTANTS of each template's constants
+    in test; every third template without a constant goes wholly to test. The test rows are
+    shuffled (seeded), so the first N problems (eval.limit=N) mix the templates."""
     rng = random.Random(f"code_easy/{seed}")
     train, test = [], []
     plain = 0
@@ -103,7 +124,7 @@ def easy_rows(seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         if "{" in template:
             consts = list(range(lo, hi + 1))
             rng.shuffle(consts)
-            chosen = [(n, i < max(1, len(consts) // 4)) for i, n in enumerate(consts)]
+            chosen = [(n, i < min(TEST_CONSTANTS, len(consts) // 2)) for i, n in enumerate(consts)]
         else:
             chosen = [(0, plain % 3 == 2)]
             plain += 1
@@ -112,6 +133,7 @@ def easy_rows(seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             row = _task(template, n, rng)
             row["id"] = f"easy/{row['entry_point']}"
             split.append(row)
+    rng.shuffle(test)
     return train, test
 
 

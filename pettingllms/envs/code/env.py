@@ -106,6 +106,10 @@ class _CodeEnvBase(MultiAgentEnv):
                                         uses=self.problem["entry_point"])
         return extract_io_tests(action, self.max_tests, tests_block_only)
 
+    def _entry_point(self) -> str | None:
+        """The function a function task asks for (the solution block must define it)."""
+        return self.problem["entry_point"] if self.problem["kind"] == "function" else None
+
     def _usable(self, action: Any) -> str:
         """Raw model text, or "" when it is not text or too long to be a sane answer."""
         if not isinstance(action, str) or len(action) > self.max_action_chars:
@@ -165,7 +169,7 @@ class CodeEnv(_CodeEnvBase):
     def step(self, agent: str, action: str) -> StepResult:
         text = self._usable(action)
         if agent == "coder":
-            self.code = extract_code(text)
+            self.code = extract_code(text, self._entry_point())
             ratio = self.hidden_ratio(self.code)
             self._rerun_tests_on_code()
             self.log.append(f"turn {self.turn} coder: code {'found' if self.code else 'MISSING'},"
@@ -202,7 +206,7 @@ class CodeSingleEnv(_CodeEnvBase):
         if agent != "solver":
             raise KeyError(f"code_single has agents {self.agents}, not {agent!r}")
         text = self._usable(action)
-        self.code = extract_code(text)
+        self.code = extract_code(text, self._entry_point())
         self.tests = self._parse_tests(text, tests_block_only=True)
         self.tests_valid = self._validity(self.tests)
         self._rerun_tests_on_code()

@@ -26,15 +26,30 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
     return [(tag.lower(), body) for tag, body in _FENCE.findall(text or "")]
 
 
-def extract_code(text: str) -> str:
+def _defines(src: str, name: str) -> bool:
+    """Whether `src` defines a top-level function `name`."""
+    try:
+        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                   for n in ast.parse(src).body)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+
+
+def extract_code(text: str, defines: str | None = None) -> str:
     """The solution program in a model answer.
 
-    Preference: the last ```python block that parses; else the last ``` block that
+    Preference: with `defines` (a function task's entry point), the last block that parses
+    and defines that function, so a usage example after the solution (`print(f(2))`) is not
+    taken for it; then the last ```python block that parses; else the last ``` block that
     parses; else the whole text if it parses and looks like code; else "".
     """
     if not isinstance(text, str) or not text.strip():
         return ""
     blocks = fenced_blocks(text)
+    if defines:
+        for tag, body in reversed(blocks):
+            if tag != "tests" and body.strip() and _defines(body, defines):
+                return body.strip("\n")
     for want_tag in (True, False):
         for tag, body in reversed(blocks):
             if tag == "tests":

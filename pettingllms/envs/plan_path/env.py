@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pettingllms.envs.grid_common import MOVE_DELTAS, MoveGridEnv, register_variants, render_grid
+from pettingllms.envs.grid_common import (MOVE_DELTAS, MoveGridEnv, cell_words, offset_words, register_variants,
+                                          render_grid)
 from pettingllms.envs.plan_path import prompts
 from pettingllms.envs.plan_path.game import distances, free
 
@@ -63,6 +64,11 @@ class PlanPathEnv(MoveGridEnv):
 
     def render_state(self, state: dict[str, Any]) -> str:
         return render_grid(self._rows(state), coords=True)
+
+    def describe_state(self, state: dict[str, Any]) -> str:
+        pos = tuple(state["pos"])
+        return (f"You (A) are at {cell_words(pos)}; the goal (G) is at {cell_words(self.goal)}, "
+                f"{offset_words(pos, self.goal)} from you.")
 
     def state_json(self, state: dict[str, Any]) -> dict[str, Any]:
         return {"rows": self.rows, "position": state["pos"], "goal": list(self.goal),

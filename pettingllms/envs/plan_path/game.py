@@ -51,9 +51,10 @@ def shortest_path(rows: list[str], start: Pos, goal: Pos) -> Optional[str]:
     return "".join(moves)
 
 
-def generate(seed: int, height: int, width: int, density: float, min_distance: int
-             ) -> tuple[list[str], Pos, Pos, str]:
-    """(rows, start, goal, one shortest path); the goal is reachable, at least min_distance away."""
+def generate(seed: int, height: int, width: int, density: float, min_distance: int,
+             max_distance: int | None = None) -> tuple[list[str], Pos, Pos, str]:
+    """(rows, start, goal, one shortest path); the goal is reachable, at least min_distance
+    (and at most max_distance, when given) moves away."""
     rng = random.Random(seed)
     for _ in range(1000):
         rows = ["".join("#" if rng.random() < density else "." for _ in range(width)) for _ in range(height)]
@@ -62,7 +63,7 @@ def generate(seed: int, height: int, width: int, density: float, min_distance: i
             continue
         start = rng.choice(cells)
         dist = distances(rows, start)
-        far = [p for p in cells if dist[p[0]][p[1]] >= min_distance]
+        far = [p for p in cells if min_distance <= dist[p[0]][p[1]] <= (max_distance or len(cells))]
         if not far:
             continue
         goal = rng.choice(far)

@@ -15,7 +15,7 @@ TASK = ("Move from 'A' (you) to 'G' (the goal) on a {height}x{width} grid. '.' i
 
 _MOVES = "Moves into an obstacle or off the grid are rejected and penalised."
 
-ACTION_FORMAT = "End your answer with a final line listing your moves, for example\nActions: R, R, D, L\n" + _MOVES
+ACTION_FORMAT = "Answer with one line: `Actions:` and your moves in order, for example\nActions: R, R, D, L\n" + _MOVES
 
 TOOL_FORMAT = ("Write a Python program in one ```python code block. It reads the state as JSON on "
                "stdin, for example:\n{state_json}\n(rows: the grid, top row first; position and goal: "

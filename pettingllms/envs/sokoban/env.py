@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pettingllms.envs.grid_common import MoveGridEnv, register_variants, render_grid
+from pettingllms.envs.grid_common import MoveGridEnv, cell_words, offset_words, register_variants, render_grid
 from pettingllms.envs.sokoban import prompts
 from pettingllms.envs.sokoban.game import Level, parse_rows, try_move
 
@@ -55,6 +55,19 @@ class SokobanEnv(MoveGridEnv):
 
     def render_state(self, state: dict[str, Any]) -> str:
         return render_grid(self._rows(state), coords=True)
+
+    def describe_state(self, state: dict[str, Any]) -> str:
+        player = tuple(state["player"])
+        lines = [f"You (@) are at {cell_words(player)}."]
+        open_targets = sorted(t for t in self.level.targets if list(t) not in state["boxes"])
+        for box in map(tuple, state["boxes"]):
+            if box in self.level.targets:
+                lines.append(f"The box at {cell_words(box)} is on a target.")
+                continue
+            near = min(open_targets or self.level.targets, key=lambda t: abs(t[0] - box[0]) + abs(t[1] - box[1]))
+            lines.append(f"A box ($) is at {cell_words(box)}, {offset_words(player, box)} from you; the nearest "
+                         f"free target (.) is at {cell_words(near)}, {offset_words(box, near)} from that box.")
+        return "\n".join(lines)
 
     def state_json(self, state: dict[str, Any]) -> dict[str, Any]:
         return {"rows": self._rows(state), "moves_so_far": state["moves"]}

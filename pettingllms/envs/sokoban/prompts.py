@@ -17,7 +17,7 @@ TASK = ("Push every box onto a target. Symbols: '#' wall, '_' floor, '.' target,
 
 _MOVES = "Moves that hit a wall or push a box into a wall or box are rejected and penalised."
 
-ACTION_FORMAT = "End your answer with a final line listing your moves, for example\nActions: U, U, L, D\n" + _MOVES
+ACTION_FORMAT = "Answer with one line: `Actions:` and your moves in order, for example\nActions: U, U, L, D\n" + _MOVES
 
 TOOL_FORMAT = ("Write a Python program in one ```python code block. It reads the state as JSON on "
                "stdin, for example:\n{state_json}\n(rows: the level, top row first) and prints the "

@@ -124,6 +124,10 @@ class SudokuEnv(GridTaskEnv):
         rows = [["." if v == 0 else str(v) for v in row] for row in state["grid"]]
         return render_grid(rows, coords=True, boxes=(self.box_h, self.box_w))
 
+    def describe_state(self, state: dict[str, Any]) -> str:
+        empty = [f"({r + 1}, {c + 1})" for r in range(self.n) for c in range(self.n) if not state["grid"][r][c]]
+        return f"Empty cells (row, col): {', '.join(empty) or 'none'}."
+
     def state_json(self, state: dict[str, Any]) -> dict[str, Any]:
         return {"size": self.n, "box_height": self.box_h, "box_width": self.box_w,
                 "grid": state["grid"], "puzzle": self.puzzle}

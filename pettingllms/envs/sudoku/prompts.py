@@ -18,9 +18,9 @@ _MOVES = ("Moves are (row, col, value) triples, 1-based; value 0 empties a cell 
           "list of rows. A move that repeats a number in its row, column or box is rejected "
           "and penalised.")
 
-ACTION_FORMAT = ("End your answer with a final line\n"
-                 "Actions: (1, 2, 3), (4, 1, 2)\n"
-                 "or with `Actions:` followed by the full grid. " + _MOVES)
+ACTION_FORMAT = ("Answer with one line: `Actions:` and a (row, col, value) triple for each empty cell you "
+                 "fill. For example\nActions: (2, 3, 1)\nputs 1 in row 2, column 3. Or answer `Actions:` "
+                 "followed by the full grid. " + _MOVES)
 
 TOOL_FORMAT = ("Write a Python program in one ```python code block. It reads the state as JSON on "
                "stdin, for example:\n{state_json}\n(grid: current board, 0 = empty; puzzle: the "

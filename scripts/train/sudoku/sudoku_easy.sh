@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # sudoku, easy level (env.data=sudoku_easy, built on first use): MAS + AT-GRPO with a shared LoRA
-# policy, sized for CPU. On the full sudoku data the embedded model scores 0, so its groups carry
-# no signal; the easy level is where RL at CPU scale has something to climb.
+# policy, sized for CPU. The untrained embedded model (135M) still scores ~0 here (it rarely writes
+# a valid move: docs/results/easy_levels.md), so with it most groups carry no signal; a larger
+# model (model=... ) or an SFT start (trainer.init_from=...) is needed for RL to climb.
 # Extra arguments go to the trainer (e.g. trainer.total_steps=10 rollout.k=8); --dry-run prints the config.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
