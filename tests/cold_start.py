@@ -13,7 +13,8 @@ PROBLEMS = [{"id": f"m{i}", "question": f"What is {i} + 1?", "answer": str(i + 1
             for i in range(4)]
 
 
-def make_cold_start(output_dir: Path, model_path: str, lora: bool = True, run_name: str = "cold") -> Path:
+def make_cold_start(output_dir: Path, model_path: str, lora: bool = True, run_name: str = "cold",
+                    overrides: tuple[str, ...] = ()) -> Path:
     """SFT run folder <output_dir>/autoevol_sft/<run_name> (where the recipe writes), its checkpoint inside."""
     from pettingllms.trainer.sft import run_sft
 
@@ -23,5 +24,5 @@ def make_cold_start(output_dir: Path, model_path: str, lora: bool = True, run_na
         "model=tiny", f"model.path={model_path}", f"model.lora.enabled={str(lora).lower()}",
         f"sft.data={data}", "sft.epochs=1", "sft.batch_size=2", "trainer.lr=1e-2",
         "rollout.max_prompt_tokens=128", f"trainer.output_dir={output_dir}", f"trainer.run_name={run_name}",
-        "trainer.log_tensorboard=false"])
+        "trainer.log_tensorboard=false", *overrides])
     return run_sft(cfg)
