@@ -51,6 +51,10 @@ class VLLMConfig:
     gpu_memory_utilization: float = 0.4  # GPU share for weights + KV cache (the trainer uses the rest)
     sleep_mode: bool = False  # GPU: free the KV cache while policies train, wake before the next rollout
     cpu_kvcache_gib: int = 4  # CPU build: KV cache size (VLLM_CPU_KVCACHE_SPACE), per engine
+    # CPU build: compute threads of an in-process engine. 0: this process's torch thread count
+    # (trainer.threads; a Ray worker's CPUs), unpinned; -1: vLLM's own default (it pins to one core
+    # per physical core minus one reserved for a scheduler process, and cuts torch to 1 thread)
+    cpu_threads: int = 0
     max_model_len: Optional[int] = None  # None: rollout.max_prompt_tokens + sampling.max_new_tokens
     max_num_seqs: int = 256
     logprobs_mode: str = "processed_logprobs"  # logprobs under the distribution sampled from
@@ -143,15 +147,17 @@ class RoleLrConfig:
 
 @dataclass
 class VerlConfig:
-    """trainer.backend=verl: where verl's FSDP workers run and how. GPU runs differ from the CPU
-    runs that CI tests only in these values (device, attention, padding removal, offload)."""
-    device: str = "auto"  # auto (GPU if the Ray cluster has one) | cpu | cuda
+    """trainer.backend=verl: how verl's FSDP workers run (their device is trainer.device). GPU runs
+    differ from the CPU runs that CI tests only in config values (trainer.device, attention,
+    padding removal, offload)."""
     strategy: str = "fsdp2"  # fsdp2 | fsdp
     attn_implementation: str = "sdpa"  # flash_attention_2 on GPU
     use_remove_padding: bool = False  # true (packed sequences) needs flash attention: GPU
     param_offload: bool = False
     optimizer_offload: bool = False
     ray_address: str = ""  # "": a local Ray started for the run; "auto" or host:port: join a cluster
+    # Full fine-tuning's engine sync files; every node with an engine must see it. "": <run folder>/weight_sync
+    sync_dir: str = ""
 
 
 @dataclass
@@ -173,7 +179,9 @@ class TrainerConfig:
     n_gpus_per_node: int = 1  # backend=verl: ranks per node (GPUs; processes on CPU)
     nnodes: int = 1  # backend=verl: nodes of the Ray cluster
     verl: VerlConfig = field(default_factory=VerlConfig)
-    device: str = "auto"  # policy workers and the HF engine: auto (cuda if present) | cpu | cuda[:N]
+    # policy workers (verl's ranks too) and the HF engine: auto (cuda if present; verl: if the Ray
+    # cluster has a GPU) | cpu | cuda[:N]
+    device: str = "auto"
     total_steps: int = 20
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -292,6 +300,15 @@ def _known_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+def unknown_key(key: str, known: Any) -> ConfigError:
+    """The one-line error for a key the schema lacks: where it moved, or the closest known key."""
+    if key in _MOVED:
+        return ConfigError(f"config key '{key}' is now '{_MOVED[key]}'")
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"unknown config key '{key}'{hint}")
+
+
 def validate(cfg: Any) -> DictConfig:
     """Merge `cfg` onto the schema; raise ConfigError naming any unknown key or bad value
     (pettingllms.config_checks), before any model or data is loaded."""
@@ -300,10 +317,7 @@ def validate(cfg: Any) -> DictConfig:
         merged = OmegaConf.merge(schema, cfg)
         OmegaConf.to_container(merged, resolve=True)  # surface bad interpolations now
     except ConfigKeyError as e:
-        key = getattr(e, "full_key", None) or str(e)
-        close = difflib.get_close_matches(key, _known_keys(schema), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"unknown config key '{key}'{hint}") from None
+        raise unknown_key(getattr(e, "full_key", None) or str(e), _known_keys(schema)) from None
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         where = f" at '{key}'" if key else ""
@@ -316,6 +330,9 @@ def validate(cfg: Any) -> DictConfig:
     return merged
 
 
+# Keys that moved: old name -> new name (one device setting for every backend).
+_MOVED = {"trainer.verl.device": "trainer.device"}
+
 # Fields with a closed set of values (the schema comments list them).
 _CHOICES = {
     "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
@@ -326,7 +343,6 @@ _CHOICES = {
     "algorithm.old_logprobs": ("recompute", "engine"),
     "trainer.backend": ("local", "ray", "verl"),
     "trainer.lr_schedule": ("cosine", "constant"),
-    "trainer.verl.device": ("auto", "cpu", "cuda"),
     "trainer.verl.strategy": ("fsdp2", "fsdp"),
 }
 

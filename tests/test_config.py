@@ -69,11 +69,22 @@ def test_overrides_set_any_schema_field():
     ("model=tinny", "unknown model config 'tinny' (did you mean 'tiny'?)"),
     ("rollout.strategy=tre", "invalid value 'tre' for 'rollout.strategy' (did you mean 'tree'?)"),
     ("trainer.total_steps=many", "invalid config at 'trainer.total_steps'"),
+    ("trainer.verl.device=cpu", "config key 'trainer.verl.device' is now 'trainer.device'"),
 ])
 def test_bad_override_names_the_problem(override, message):
     with pytest.raises(ConfigError) as e:
         load_config(BASE, [override])
     assert message in str(e.value)
+
+
+def test_moved_key_in_a_config_names_its_new_place():
+    from omegaconf import OmegaConf
+
+    from pettingllms.config import validate
+
+    with pytest.raises(ConfigError) as e:
+        validate(OmegaConf.create({"trainer": {"backend": "verl", "verl": {"device": "cpu"}}}))
+    assert str(e.value) == "config key 'trainer.verl.device' is now 'trainer.device'"
 
 
 def test_unknown_key_inside_a_yaml_file(tmp_path):

@@ -114,13 +114,22 @@ def test_lora_sync_reflects_each_adapter_and_two_adapters_differ(engine):
         torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(ref), rtol=0, atol=ATOL)
 
 
-def test_full_weight_sync_reloads_in_place(engine):
+@pytest.mark.parametrize("via", ["tensors", "file"])
+def test_full_weight_sync_reloads_in_place(engine, tmp_path, via):
+    """Full weights as tensors (an in-process worker) or as a file each vLLM worker reads itself
+    (trainer.backend=verl: only the path crosses the driver)."""
+    from pettingllms.rollout.engines.weights import WeightUpdate, write_full_weights
+
     ps = build_policies(make_cfg(), ["solo"])
     worker = ps.workers["shared"]
     before = _ask(engine, "shared", temperature=1.0)
-    for step in range(2):
-        worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=90 + step), step)
-    engine.update_weights(worker.weight_update())
+    for step in range(2):  # other samples per case: each case moves the engine's weights again
+        worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=90 + 5 * (via == "file") + step), step)
+    update = worker.weight_update()
+    if via == "file":
+        folder = write_full_weights(update.tensors, tmp_path / "v2", torch.float32)
+        update = WeightUpdate(update.policy, "full", {}, version=update.version, path=str(folder))
+    engine.update_weights(update)
     after = _ask(engine, "shared", temperature=1.0)
     assert [c.response_ids for c in after] != [c.response_ids for c in before]
     for c, ref in zip(after, worker.logprobs(_as_samples("solo", after))):
@@ -133,3 +142,28 @@ def test_bad_input_is_one_clear_error(engine):
         _ask(engine, "nobody")
     with pytest.raises(ValueError, match="bad sampling params"):
         _ask(engine, "shared", temperature=-1.0)
+
+
+@pytest.mark.parametrize("setting, preset, expect", [
+    (0, {}, {"OMP_NUM_THREADS": "3", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}),
+    (2, {}, {"OMP_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}),
+    (0, {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"},  # the user's variables win
+     {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"}),
+    (-1, {}, {"OMP_NUM_THREADS": None, "VLLM_CPU_OMP_THREADS_BIND": None}),  # vLLM's own default
+])
+def test_cpu_threads_setting_reaches_vllms_environment(monkeypatch, setting, preset, expect):
+    import os
+
+    from pettingllms.rollout.engines import vllm as vllm_engine
+
+    for k in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in preset.items():
+        monkeypatch.setenv(k, v)
+    threads = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    vllm_engine._set_cpu_threads(setting)
+    assert {k: os.environ.get(k) for k in expect} == expect
+    assert threads == ([setting] if setting > 0 else [])

@@ -1,8 +1,10 @@
 """trainer.backend=verl on CPU: the CPU platform shim, our samples as verl's batch, our loss
 inside verl with global normalisation, and update parity with the local PolicyWorker on
-1 and 2 ranks (real verl FSDP workers on Ray, gloo), full fine-tuning and LoRA."""
+1 and 2 ranks (real verl FSDP workers on Ray, gloo), full fine-tuning and LoRA; full
+fine-tuning's engine sync through a file that rank 0 writes (no weights through the driver)."""
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ pytest.importorskip("ray")
 from pettingllms.algorithms.loss import ppo_loss  # noqa: E402
 from pettingllms.policies.verl import batch as vb  # noqa: E402
 from pettingllms.policies.verl import cpu  # noqa: E402
-from policy_helpers import make_cfg, make_samples  # noqa: E402
+from policy_helpers import TINY, make_cfg, make_samples  # noqa: E402
 from verl_helpers import ray_local  # noqa: E402,F401
 
 
@@ -32,6 +34,26 @@ def test_cpu_platform_registers_with_gloo_and_a_device_name():
     env = cpu.worker_env(True)
     assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == cpu.MODULE
     assert cpu.worker_env(False) == {}
+
+
+def test_one_device_setting_and_the_sync_folder(tmp_path):
+    """verl's ranks follow trainer.device (its type; cuda:N's index is the HF engine's); full
+    fine-tuning's sync files go to trainer.verl.sync_dir, else the run folder (stale ones cleared),
+    else (evaluation) a folder the worker makes on this node."""
+    from pettingllms.config import ConfigError
+    from pettingllms.policies.verl.setup import _device_type
+    from pettingllms.trainer.backends import make_backend
+
+    assert _device_type("cpu") == "cpu" and _device_type("cuda:1") == "cuda"
+    with pytest.raises(ConfigError, match="cpu or cuda"):
+        _device_type("mps")
+    cfg = make_cfg({"trainer": {"backend": "verl"}})
+    (tmp_path / "weight_sync" / "shared-old").mkdir(parents=True)
+    assert make_backend(cfg, lambda: None, run_dir=tmp_path)._sync_dir() == tmp_path / "weight_sync"
+    assert not (tmp_path / "weight_sync").exists()
+    assert make_backend(cfg, lambda: None)._sync_dir() is None
+    cfg = make_cfg({"trainer": {"backend": "verl", "verl": {"sync_dir": str(tmp_path / "shared")}}})
+    assert make_backend(cfg, lambda: None, run_dir=tmp_path)._sync_dir() == tmp_path / "shared"
 
 
 # ---------------------------------------------------------------- the batch layout
@@ -115,10 +137,54 @@ def _trained(worker, is_lora: bool) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in worker.model.state_dict().items()}
 
 
+def _engine_logprobs(engine, policy: str):
+    """Seeded completions of two prompts (temperature 1: the logprobs are the plain softmax)."""
+    from pettingllms.rollout.engines import GenerationRequest, SamplingParams
+
+    reqs = [GenerationRequest(messages=[{"role": "user", "content": f"Add {i} and 3."}], policy=policy,
+                              params=SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=5 + i),
+                              request_id=f"r{i}") for i in range(2)]
+    return [c for cs in engine.generate(reqs) for c in cs]
+
+
+def _check_file_sync(worker, engine, before, initial, sync_dir: Path) -> None:
+    """Full fine-tuning: the update names a file under sync_dir that rank 0 wrote; no weight tensor
+    reaches the driver; the previous version (applied before the update) is gone; the engine that
+    applies it generates with the updated policy's logprobs.
+
+    Tolerance: both sides run the same HF modules in fp32 on the same weights, only batched and
+    padded differently; a logprob is a log-softmax over the vocabulary of 2-layer, 64-wide
+    activations, so the two round apart by ~1e-6; 1e-4 leaves room for other CPUs' kernels, while
+    stale weights (one Adam step at lr 1e-2 on every weight) are off by far more."""
+    from pettingllms.records import Sample
+    from pettingllms.rollout.engines.weights import FULL_WEIGHTS
+
+    def through_driver():
+        raise AssertionError("full weights went through the driver")
+
+    worker.trained_weights = through_driver  # weight_update must not fetch the weights
+    try:
+        update = worker.weight_update()
+    finally:
+        del worker.trained_weights
+    assert update.kind == "full" and update.tensors == {} and update.num_bytes == 0
+    assert update.version == 1 and Path(update.path).parent.parent == sync_dir
+    assert (Path(update.path) / FULL_WEIGHTS).is_file()
+    assert not Path(initial.path).exists()
+    engine.update_weights(update)
+    after = _engine_logprobs(engine, worker.name)
+    assert [(c.response_ids, c.logprobs) for c in after] != [(c.response_ids, c.logprobs) for c in before]
+    samples = [Sample(agent="a", turn=0, problem_id="p", episode_id=f"e{i}", prompt_ids=c.prompt_ids,
+                      response_ids=c.response_ids, logprobs=c.logprobs, candidate=i, advantage=0.0)
+               for i, c in enumerate(after)]
+    for c, ref in zip(after, worker.logprobs(samples)):
+        torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(ref), rtol=0, atol=1e-4)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2])
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_one_update_matches_local(ray_local, ranks, lora):
+def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
     """Same samples, same initial weights: verl on 1 or 2 ranks gives local's loss (1e-5) and weights.
 
     Tolerance: fp32 throughout. The two sides sum the same terms in a different order, so gradients
@@ -133,7 +199,7 @@ def test_one_update_matches_local(ray_local, ranks, lora):
     from pettingllms.policies.verl.worker import VerlPolicyWorker
     from pettingllms.policies.worker import PolicyWorker
 
-    cfg = make_cfg({"trainer": {"n_gpus_per_node": ranks, "verl": {"device": "cpu"}},
+    cfg = make_cfg({"trainer": {"n_gpus_per_node": ranks, "device": "cpu"},
                     "algorithm": {"clip_low": 0.2, "clip_high": 0.28}}, lora=lora)
     spec = resolve_policies(cfg, ["a"]).specs["shared"]
     samples = make_samples("a", [1.0, -1.0, 0.5, -0.5, 2.0], seed=1)  # 5: padded to 6 on 2 ranks
@@ -144,15 +210,26 @@ def test_one_update_matches_local(ray_local, ranks, lora):
     end_local = _trained(local, lora)
 
     cluster = RayCluster.start(cfg)
-    worker = VerlPolicyWorker(spec, cfg, cluster, name_prefix=f"parity{ranks}{int(lora)}_")
+    sync_dir = tmp_path / "sync"
+    worker = VerlPolicyWorker(spec, cfg, cluster, name_prefix=f"parity{ranks}{int(lora)}_", sync_dir=sync_dir)
     try:
         start_v = worker.trained_weights()[0]
         assert set(start_v) == set(start)
         for k in start:  # the same initial weights (LoRA: the adapter local initialised, handed over)
             torch.testing.assert_close(start_v[k].float(), start[k].float(), rtol=0, atol=0)
+        initial = worker.weight_update()  # the sync a run does before its first step
+        if not lora:
+            from pettingllms.rollout.engines.hf import HFEngine
+            engine = HFEngine({worker.name: TINY}, dtype="float32")
+            engine.update_weights(initial)
+            before = _engine_logprobs(engine, worker.name)
         m_verl = worker.update(samples, step=1)
         end_v = worker.trained_weights()[0]
-        assert worker.weight_update().kind == ("lora" if lora else "full")
+        if lora:
+            update = worker.weight_update()
+            assert update.kind == "lora" and set(update.tensors) == set(end_v) and not update.path
+        else:
+            _check_file_sync(worker, engine, before, initial, sync_dir)
     finally:
         worker.close()
         cluster.shutdown()

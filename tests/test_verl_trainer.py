@@ -16,7 +16,7 @@ from pettingllms.trainer.local import LocalTrainer  # noqa: E402
 from trainer_fixtures import trainer_cfg  # noqa: E402
 from verl_helpers import ray_local  # noqa: E402,F401
 
-VERL = ("trainer=verl", "trainer.verl.device=cpu", "trainer.n_gpus_per_node=1", "trainer.deterministic=true",
+VERL = ("trainer=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.deterministic=true",
         "trainer.total_steps=3", "policies=per_agent_lora", "model.lora.rank=4", "model.lora.alpha=8")
 
 

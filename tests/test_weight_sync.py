@@ -1,11 +1,13 @@
 """Weight sync through the engine seam: adapter tensors only for LoRA, full weights otherwise."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from pettingllms.policies import build_policies
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
+from pettingllms.rollout.engines.weights import FULL_WEIGHTS, WeightUpdate, write_full_weights
 from policy_helpers import TINY, make_cfg, make_samples
 
 AGENTS = ["tool", "reasoner"]
@@ -57,3 +59,27 @@ def test_full_update_carries_every_weight_and_changes_generation():
     assert after != before
     lp = torch.tensor(after[0][0][1])
     assert torch.isfinite(lp).all() and (lp <= 0).all()
+
+
+def test_full_update_by_path_equals_the_tensors_and_fails_clearly_when_unseen(tmp_path):
+    """A full update that names a file (trainer.backend=verl) gives the engine exactly the weights
+    the tensors would; a path this node cannot see is one clear error, and the engine is unchanged."""
+    ps = build_policies(make_cfg(), ["solo"])
+    worker = ps.workers["shared"]
+    worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=60), 0)
+    update = worker.weight_update()
+    folder = write_full_weights(update.tensors, tmp_path / "v1", torch.float32)  # tied embeddings too
+    assert sorted(p.name for p in folder.iterdir()) == [FULL_WEIGHTS]
+    by_path = WeightUpdate("shared", "full", {}, version=1, path=str(folder))
+    assert by_path.num_bytes == 0
+    by_tensors, by_file = HFEngine({"shared": TINY}, dtype="float32"), HFEngine({"shared": TINY}, dtype="float32")
+    before = _outputs(by_file, ["shared"])
+    by_tensors.update_weights(update)
+    by_file.update_weights(by_path)
+    assert _outputs(by_file, ["shared"]) == _outputs(by_tensors, ["shared"]) != before
+
+    with pytest.raises(FileNotFoundError, match="shared by every node"):
+        by_file.update_weights(WeightUpdate("shared", "full", {}, version=2, path=str(tmp_path / "elsewhere")))
+    assert _outputs(by_file, ["shared"]) == _outputs(by_tensors, ["shared"])
+    with pytest.raises(ValueError, match="full update only"):
+        WeightUpdate("shared", "full", update.tensors, path=str(folder))

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError, ExperimentConfig, validate
+from pettingllms.config import ConfigError, ExperimentConfig, unknown_key, validate
 
 # Config groups (folders in configs/); `group=option` picks a YAML file.
 CONFIG_GROUPS = ("model", "rollout", "algorithm", "trainer", "policies", "env")
@@ -77,9 +77,7 @@ def check_override_key(key: str, known: Sequence[str] | None = None) -> None:
     head, _, tail = key.rpartition(".")
     if tail.isdigit() and head in known:
         return
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise ConfigError(f"unknown config key '{key}'{hint}")
+    raise unknown_key(key, known)
 
 
 def check_group_option(group: str, option: str, cdir: Path | None = None) -> None:

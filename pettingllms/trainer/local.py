@@ -88,7 +88,7 @@ class LocalTrainer:
         self.agents = list(self.env_factory().agents)
         self.problems = comp.load_problems(cfg, "train", cfg.env.train_limit)
         self.order = DataOrder(len(self.problems), int(cfg.seed))
-        self.backend = make_backend(cfg, self.env_factory, engine=engine)
+        self.backend = make_backend(cfg, self.env_factory, engine=engine, run_dir=self.run_dir)
         try:  # engines, Ray actors: nothing started here outlives a failed set-up
             self.policies = self.backend.build_policies(self.agents)
             self.workers: dict[str, Any] = dict(self.policies.workers)

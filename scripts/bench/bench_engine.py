@@ -97,7 +97,8 @@ def build(name: str, args):
     else:
         from pettingllms.config import VLLMConfig
         from pettingllms.rollout.engines.vllm import VLLMEngine
-        engine = VLLMEngine({"bench": args.model}, VLLMConfig(enforce_eager=not args.compile, cpu_kvcache_gib=args.kv_gib),
+        engine = VLLMEngine({"bench": args.model}, VLLMConfig(enforce_eager=not args.compile, cpu_kvcache_gib=args.kv_gib,
+                                                                cpu_threads=args.vllm_threads),
                             dtype=args.dtype, seed=args.seed, max_new_tokens=args.new_tokens)
     return engine, time.perf_counter() - start
 
@@ -125,6 +126,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default")
     ap.add_argument("--compile", action="store_true", help="vLLM without enforce_eager (slow start, faster decode)")
     ap.add_argument("--kv-gib", type=int, default=2, help="vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    ap.add_argument("--vllm-threads", type=int, default=0,
+                    help="rollout.vllm.cpu_threads: 0 this process's torch threads, unpinned; -1 vLLM's default")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
@@ -156,7 +159,7 @@ def main(argv=None) -> dict:
         print(" | ".join([f"{r['batch']:>5}"] + [f"{r[n]['tok_s']:>14}" for n in args.engines]
                          + [f"{r[x]:>12}" for x in ratios]))
     result = {"model": args.model, "dtype": args.dtype, "new_tokens": args.new_tokens, "temperature": args.temperature,
-              "vllm_compile": args.compile, "threads": torch.get_num_threads(),
+              "vllm_compile": args.compile, "vllm_threads": args.vllm_threads, "threads": torch.get_num_threads(),
               "load_s": {k: round(v, 1) for k, v in load_s.items()}, "loadavg_1m": round(os.getloadavg()[0], 1),
               "rows": rows}
     print(json.dumps(result))

@@ -11,12 +11,15 @@ Ray resource pool (colocated, like verl's actor/ref), with a name prefix per pol
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Optional, Sequence
 
 __all__ = ["build_verl_policies"]
 
 
-def build_verl_policies(cfg: Any, agents: Sequence[str], cluster: Any) -> Any:
+def build_verl_policies(cfg: Any, agents: Sequence[str], cluster: Any, sync_dir: Optional[Path] = None) -> Any:
+    """`sync_dir`: where full fine-tuned policies write their weights for the engines (None: a
+    folder on this node)."""
     from pettingllms.policies import PolicySet, resolve_policies
     from pettingllms.policies.verl.worker import VerlPolicyWorker
 
@@ -26,7 +29,7 @@ def build_verl_policies(cfg: Any, agents: Sequence[str], cluster: Any) -> Any:
         for i, (name, spec) in enumerate(plan.specs.items()):
             prefix = f"pl{i}{re.sub(r'[^A-Za-z0-9]', '', name)[:16]}_"  # distinct Ray actor names per policy
             workers[name] = VerlPolicyWorker(spec, cfg, cluster, name_prefix=prefix,
-                                             colocate=len(plan.specs))
+                                             colocate=len(plan.specs), sync_dir=sync_dir)
     except BaseException:
         for w in workers.values():
             w.close()

@@ -62,6 +62,19 @@ class PolicyTrainingWorker(TrainingWorker):
         return {k: v.detach().clone() for k, v in state.items()}, {}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def write_full_weights(self, folder: str, dtype: str) -> str | None:
+        """Full fine-tuning's engine sync: rank 0 writes every weight (HF names, engine dtype) to
+        `folder`/model.safetensors, which the engines read themselves; the driver gets the path."""
+        from pettingllms.rollout.engines import weights
+        from pettingllms.utils.models import torch_dtype
+
+        with self.engine.eval_mode(disable_auto_offload=False):
+            state = self._full_state()
+        if torch.distributed.get_rank() != 0:
+            return None
+        return str(weights.write_full_weights(state, folder, torch_dtype(dtype)))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def export_pretrained(self, folder: str) -> None:
         """A plain HF model folder (full fine-tuning) or a peft adapter folder (LoRA)."""
         with self.engine.eval_mode(disable_auto_offload=False):

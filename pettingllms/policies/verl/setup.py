@@ -60,13 +60,17 @@ class RayCluster:
 
     @classmethod
     def start(cls, cfg: Any) -> "RayCluster":
-        """Join (trainer.verl.ray_address) or start a local Ray, and pick the device."""
+        """Join (trainer.verl.ray_address) or start a local Ray, and pick the device (trainer.device:
+        its type; auto is cuda when the Ray cluster has a GPU)."""
         import ray
 
         tr, vc = cfg.trainer, cfg.trainer.verl
         n, nodes = int(tr.n_gpus_per_node), int(tr.nnodes)
         if n < 1 or nodes < 1:
             raise ConfigError(f"trainer.n_gpus_per_node ({n}) and trainer.nnodes ({nodes}) must be >= 1")
+        device = str(tr.device)
+        if device != "auto":  # cuda:N places the HF engine; verl places its ranks on the cluster's GPUs
+            device = _device_type(device)
         owns = False
         if not ray.is_initialized():
             address = str(vc.ray_address) or None
@@ -78,7 +82,6 @@ class RayCluster:
             else:
                 ray.init(address=address, log_to_driver=False)
             owns = True
-        device = str(vc.device)
         if device == "auto":
             device = "cuda" if ray.cluster_resources().get("GPU", 0) >= 1 else "cpu"
         if device == "cpu" and nodes > 1:
@@ -102,6 +105,18 @@ class RayCluster:
             import ray
             ray.shutdown()
             self.owns_ray = False
+
+
+def _device_type(name: str) -> str:
+    import torch
+
+    try:
+        kind = torch.device(name).type
+    except RuntimeError:
+        kind = name
+    if kind not in ("cpu", "cuda"):
+        raise ConfigError(f"trainer.device={name}: trainer.backend=verl runs on cpu or cuda (or auto)")
+    return kind
 
 
 def _precision(dtype: str) -> str:

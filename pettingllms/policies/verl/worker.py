@@ -9,8 +9,9 @@ so a verl update and a local update on the same samples agree to float rounding.
 
 LoRA: the adapter is initialised here exactly as the local worker does it (same seed,
 same peft call) and handed to verl as `lora_adapter_path`; engine sync moves only the
-adapter tensors (a WeightUpdate). Full fine-tuning: the full weights come back through
-the driver (Ray object store) for engine sync.
+adapter tensors (a WeightUpdate). Full fine-tuning: rank 0 of the worker group writes the
+full weights to a versioned folder under `sync_dir` and the WeightUpdate carries only that
+path; each engine reads the file itself, so full weights never pass through the driver.
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _metrics(out: Any) -> dict[str, float]:
 
 
 class VerlPolicyWorker:
-    def __init__(self, spec: PolicySpec, cfg: Any, cluster: RayCluster, name_prefix: str, colocate: int = 1):
+    def __init__(self, spec: PolicySpec, cfg: Any, cluster: RayCluster, name_prefix: str, colocate: int = 1,
+                 sync_dir: Optional[Path] = None):
         from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 
         from pettingllms.policies.verl.remote import PolicyTrainingWorker
@@ -76,6 +78,12 @@ class VerlPolicyWorker:
             raise ConfigError("algorithm.kl_coef > 0 with full fine-tuning is not supported on trainer.backend=verl "
                               "(it needs a second, reference worker group); use LoRA or trainer.backend=local")
         self._tmp = Path(tempfile.mkdtemp(prefix=f"pettingllms-verl-{spec.name}-"))
+        # Full fine-tuning's sync folder: every node with an engine must see it (None: this node only).
+        self._sync: Optional[Path] = None
+        if not spec.is_lora:
+            root = Path(sync_dir) if sync_dir is not None else self._tmp
+            root.mkdir(parents=True, exist_ok=True)
+            self._sync = Path(tempfile.mkdtemp(prefix=f"{spec.name}-", dir=root))
         adapter_dir = None
         if spec.is_lora:
             adapter_dir = self._initial_adapter()
@@ -184,22 +192,31 @@ class VerlPolicyWorker:
 
     @torch.no_grad()
     def weight_update(self) -> Any:
-        """The engine's sync record: adapter tensors only (LoRA), or every weight (full fine-tuning)."""
-        from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
+        """The engine's sync record: adapter tensors only (LoRA), or the path of the full weights
+        that rank 0 wrote (full fine-tuning). Only the newest version is kept: a sync applies its
+        update on every engine before it returns, so older folders are no longer read."""
+        from pettingllms.rollout.engines.weights import WeightUpdate
 
-        tensors, lora_config = self.trained_weights()
         if self.spec.is_lora:
+            tensors, lora_config = self.trained_weights()
             return WeightUpdate(self.name, "lora", tensors, lora_config, version=self.updates)
-        return WeightUpdate(self.name, "full", to_dtype(tensors, self.dtype), version=self.updates)
+        folder = self._sync / f"v{self.updates:06d}"
+        path = next(p for p in self.group.write_full_weights(str(folder), str(self.cfg.model.dtype)) if p)
+        for old in self._sync.iterdir():
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
+        return WeightUpdate(self.name, "full", {}, version=self.updates, path=path)
 
     @torch.no_grad()
     def generation_weights(self) -> dict[str, Tensor]:
-        """Full merged weights (HF names) in the generation dtype: for export and checks."""
-        from pettingllms.rollout.engines.weights import lora_deltas, to_dtype
+        """Full merged weights (HF names) in the generation dtype, through the driver: for export
+        and checks only (engine sync uses `weight_update`)."""
+        from pettingllms.rollout.engines.weights import WeightUpdate, lora_deltas, to_dtype
 
-        update = self.weight_update()
+        tensors, lora_config = self.trained_weights()
         if not self.spec.is_lora:
-            return update.tensors
+            return to_dtype(tensors, self.dtype)
+        update = WeightUpdate(self.name, "lora", tensors, lora_config, version=self.updates)
         from pettingllms.policies.worker import load_model
         base = load_model(self.spec.base, torch.float32, torch.device("cpu")).state_dict()
         for name, delta in lora_deltas(update).items():
@@ -253,3 +270,5 @@ class VerlPolicyWorker:
             except Exception:  # already gone
                 pass
         shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._sync is not None:
+            shutil.rmtree(self._sync, ignore_errors=True)

@@ -14,8 +14,9 @@ Why a hand-written decode loop instead of `model.generate`:
 Policies that share a base model share one generation model. Each policy's weights that differ
 from the base are kept aside and copied into the shared model's tensors only when the active
 policy changes. `update_weights` takes full weights as they are (`load_weights`, full or partial
-state dicts) and merges a LoRA adapter here, in fp32, into the base weights the model had before
-its first adapter update, so only adapter tensors cross the seam.
+state dicts, or the file a full update's path names) and merges a LoRA adapter here, in fp32,
+into the base weights the model had before its first adapter update, so only adapter tensors
+cross the seam.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import torch
 
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
-from pettingllms.rollout.engines.weights import WeightUpdate, lora_deltas
+from pettingllms.rollout.engines.weights import WeightUpdate, full_weights, lora_deltas
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
 
@@ -141,8 +142,8 @@ class HFEngine(RolloutEngine):
 
     @torch.no_grad()
     def update_weights(self, update: WeightUpdate) -> None:
-        if update.kind == "full":
-            self.load_weights(update.policy, update.tensors)
+        if update.kind == "full":  # its tensors, or the file its path names
+            self.load_weights(update.policy, dict(full_weights(update)))
             return
         slot = self._slot(update.policy)
         deltas = lora_deltas(update)

@@ -16,7 +16,8 @@ the behaviour policy whenever temperature != 1 or truncation is on.
 Weight sync: a LoRA update is written as a peft folder and loaded under a new LoRA id (the old
 version is removed; a new id also keeps the prefix cache from serving stale KV); a full update is
 reloaded in place through the worker's `reload_weights` (HF names; vLLM maps them onto its packed
-layers and redoes its kernel-format processing) and the prefix cache is reset.
+layers and redoes its kernel-format processing) and the prefix cache is reset. A full update that
+carries a path (trainer.backend=verl) is read from that file inside each vLLM worker.
 
 vLLM reads some settings from the environment: in-process engines need
 VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here unless already set), and the CPU build sizes its KV
@@ -59,6 +60,24 @@ class _Served:
 def _set_env(options: Any) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(options.cpu_kvcache_gib))
+    _set_cpu_threads(int(options.cpu_threads))
+
+
+def _set_cpu_threads(threads: int) -> None:
+    """vLLM's CPU build pins its compute threads to one core per physical core, keeps one core
+    free for a scheduler process, and cuts torch to 1 thread unless OMP_NUM_THREADS is set. An
+    in-process engine has no scheduler process, so on a 2-core box that leaves one core idle,
+    and the pinning also binds the trainer's own torch ops in this process. So: the thread count
+    this process already uses (or `threads`), unpinned. Variables the user set win."""
+    import torch
+
+    if threads < 0 or torch.cuda.is_available():
+        return
+    n = threads or torch.get_num_threads()
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))  # vLLM then leaves torch's count alone
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    if threads:
+        torch.set_num_threads(n)
 
 
 @contextlib.contextmanager
@@ -152,7 +171,10 @@ class VLLMEngine(RolloutEngine):
                              "a full update would change them all")
         # The worker's reload path, not model.load_weights: backends (the CPU one among them)
         # repack weights into kernel formats after loading, and only reload redoes that.
-        served.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(update.tensors.items())})
+        if update.path:  # each vLLM worker streams the file itself; only the path crosses processes
+            served.llm.collective_rpc(_reload_from_file, args=(update.path, update.policy))
+        else:
+            served.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(update.tensors.items())})
         served.llm.reset_prefix_cache()  # cached KV was computed with the old weights
 
     def _load_adapter(self, served: _Served, update: WeightUpdate) -> None:
@@ -235,6 +257,14 @@ class VLLMEngine(RolloutEngine):
         self._engines.clear()
         self._served.clear()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _reload_from_file(worker: Any, folder: str, policy: str) -> None:
+    """Runs in each vLLM worker (collective_rpc passes the worker first): the full weights in
+    `folder`, one tensor at a time, through the worker's reload path."""
+    from pettingllms.rollout.engines.weights import read_full_weights
+
+    worker.reload_weights(weights_iterator=read_full_weights(folder, policy))
 
 
 class _GenConfig:

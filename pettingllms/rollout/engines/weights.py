@@ -2,17 +2,21 @@
 
 Only what changed travels: for a LoRA policy the adapter tensors (peft state-dict names, as in
 `adapter_model.safetensors`) and its peft config (the content of `adapter_config.json`); for
-full fine-tuning the full weights (HF names) in the generation dtype. Each engine applies it its
-own way: the HF engine merges the adapter into its copy of the base, vLLM loads it as a
-`LoRARequest`, a Ray worker receives it once through the object store.
+full fine-tuning the full weights (HF names) in the generation dtype, either as tensors (an
+in-process policy worker) or as `path`, a folder holding `model.safetensors` that the policy's
+own workers wrote (trainer.backend=verl: the full weights never pass through the driver; every
+engine reads the file itself). Each engine applies it its own way: the HF engine merges the
+adapter into its copy of the base, vLLM loads it as a `LoRARequest`, a Ray worker receives it
+once through the object store.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor
@@ -20,6 +24,7 @@ from torch import Tensor
 PEFT_PREFIX = "base_model.model."  # peft's prefix in front of the plain model's module names
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+FULL_WEIGHTS = "model.safetensors"  # in a full update's `path` folder
 
 
 @dataclass
@@ -29,12 +34,15 @@ class WeightUpdate:
     tensors: dict[str, Tensor]
     lora_config: dict[str, Any] = field(default_factory=dict)  # peft adapter_config.json (lora only)
     version: int = 0  # the policy's update count; engines name adapter versions with it
+    path: str = ""  # full only: a folder with FULL_WEIGHTS instead of tensors (read by each engine)
 
     def __post_init__(self) -> None:
         if self.kind not in ("lora", "full"):
             raise ValueError(f"WeightUpdate.kind must be 'lora' or 'full', got {self.kind!r}")
         if self.kind == "lora" and not self.lora_config:
             raise ValueError(f"LoRA update of policy {self.policy!r} carries no lora_config")
+        if self.path and (self.kind != "full" or self.tensors):
+            raise ValueError(f"update of policy {self.policy!r}: a path replaces the tensors of a full update only")
 
     @property
     def num_bytes(self) -> int:
@@ -110,3 +118,40 @@ def to_dtype(tensors: dict[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor
     """Detached copies; floating tensors cast to `dtype`."""
     return {k: (v.detach().to(dtype).clone() if v.is_floating_point() else v.detach().clone())
             for k, v in tensors.items()}
+
+
+def write_full_weights(tensors: dict[str, Tensor], folder: str | Path, dtype: torch.dtype) -> Path:
+    """`folder`/model.safetensors with the floating tensors in `dtype`. Written under a temporary
+    name and renamed, so a reader on any node sees the whole file or none."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (FULL_WEIGHTS + ".partial")
+    # to_dtype copies each tensor: tied weights (embedding / lm_head) would share storage, which
+    # safetensors refuses
+    save_file({k: v.contiguous() for k, v in to_dtype(tensors, dtype).items()}, str(tmp))
+    os.replace(tmp, folder / FULL_WEIGHTS)
+    return folder
+
+
+def full_weights(update: WeightUpdate) -> Iterator[tuple[str, Tensor]]:
+    """(HF name, tensor) of a full update: its tensors, or streamed one at a time from its file."""
+    if not update.path:
+        yield from update.tensors.items()
+        return
+    yield from read_full_weights(update.path, update.policy)
+
+
+def read_full_weights(folder: str | Path, policy: str = "") -> Iterator[tuple[str, Tensor]]:
+    from safetensors import safe_open
+
+    file = Path(folder) / FULL_WEIGHTS
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"weight update of policy {policy!r}: {file} is not visible here; the policy's workers "
+            "write full weights there for the engines to read, so it must be on a file system "
+            "shared by every node (trainer.verl.sync_dir)")
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        for name in f.keys():
+            yield name, f.get_tensor(name)

@@ -2,6 +2,7 @@
 See `base.py` for the protocol and docs/backends.md for how the pieces are placed."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig
@@ -12,7 +13,14 @@ from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
 __all__ = ["Backend", "GenerationStats", "Runner", "make_backend"]
 
 
-def make_backend(cfg: DictConfig, env_factory: Callable[[], Any], engine: Any = None) -> Backend:
+def make_backend(cfg: DictConfig, env_factory: Callable[[], Any], engine: Any = None,
+                 run_dir: Path | None = None) -> Backend:
+    backend = _backend(cfg, env_factory, engine)
+    backend.run_dir = run_dir
+    return backend
+
+
+def _backend(cfg: DictConfig, env_factory: Callable[[], Any], engine: Any) -> Backend:
     name = str(cfg.trainer.backend)
     if name == "local":
         from pettingllms.trainer.backends.local import LocalBackend

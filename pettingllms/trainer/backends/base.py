@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from omegaconf import DictConfig
@@ -50,6 +51,7 @@ class Backend(ABC):
         self.cfg = cfg
         self.env_factory = env_factory
         self.policies: Any = None  # PolicySet, set by build_policies
+        self.run_dir: Path | None = None  # the training run's folder (make_backend); None: evaluation
 
     def build_policies(self, agents: list[str]) -> Any:
         """The policy workers; in-process PolicyWorkers unless a backend places them elsewhere."""

@@ -4,10 +4,14 @@ so two policies never collide on verl's hybrid-engine actor names or IPC paths.
 
 Only `build_policies` and `close` differ from `local`: the policy workers are
 `pettingllms.policies.verl.VerlPolicyWorker`s, and the Ray cluster they run on is shut down
-with the backend (when this run started it).
+with the backend (when this run started it). Full fine-tuned policies sync their engines through
+files under `trainer.verl.sync_dir` (default: `<run folder>/weight_sync`, which a crashed run of
+the same folder may have left behind and this run therefore clears).
 """
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig
@@ -28,11 +32,21 @@ class VerlBackend(LocalBackend):
 
         self.cluster = RayCluster.start(self.cfg)
         try:
-            self.policies = build_verl_policies(self.cfg, agents, self.cluster)
+            self.policies = build_verl_policies(self.cfg, agents, self.cluster, self._sync_dir())
         except BaseException:
             self.cluster.shutdown()
             raise
         return self.policies
+
+    def _sync_dir(self) -> Path | None:
+        configured = str(self.cfg.trainer.verl.sync_dir)
+        if configured:
+            return Path(configured)
+        if self.run_dir is None:  # evaluation: no run folder, engines in this process
+            return None
+        folder = Path(self.run_dir) / "weight_sync"
+        shutil.rmtree(folder, ignore_errors=True)  # this run's folder: anything there is stale
+        return folder
 
     def close(self) -> None:
         try:
@@ -41,3 +55,5 @@ class VerlBackend(LocalBackend):
             if self.cluster is not None:
                 self.cluster.shutdown()
                 self.cluster = None
+            if self.run_dir is not None and not str(self.cfg.trainer.verl.sync_dir):
+                shutil.rmtree(Path(self.run_dir) / "weight_sync", ignore_errors=True)
