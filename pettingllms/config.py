@@ -251,6 +251,10 @@ class MasConfig:
     # a template (pettingllms/mas/templates) run as one more, labelled attempt when every design
     # failed; empty: off. For demos of untrained designers; never used in training.
     fallback_template: str = ""
+    # the weights the demo (serve_ui.sh / serve_demo.sh) runs: auto = the newest cold-start checkpoint
+    # made on model.path under <trainer.output_dir>/autoevol_sft, else the base model; none; or a
+    # run folder / checkpoint (pettingllms/ui/weights.py)
+    checkpoint: str = "auto"
     designer_sampling: SamplingConfig = field(
         default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
     executor_sampling: SamplingConfig = field(

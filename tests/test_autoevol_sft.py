@@ -129,3 +129,24 @@ def test_sft_bad_inputs_fail_clearly(tmp_path):
         load_rows(load_config("autoevol_sft", [*common, f"sft.data={bad}"]), ["designer", "executor"])
     validity = _script("scripts/evaluate/autoevol/design_validity.py")
     assert validity.main(["--config-name", "tiny_test", "--problems", "1"]) == 2
+
+
+def test_sft_continues_from_init_from(tmp_path):
+    """trainer.init_from: SFT starts from that checkpoint's weights (at lr 1e-20 two Adam steps move
+    each weight by at most ~2e-20, so they come out as they went in)."""
+    from safetensors.torch import load_file
+
+    from cold_start import make_cold_start
+    from pettingllms.trainer.checkpoint import latest_checkpoint
+
+    def adapter(run):
+        return load_file(str(latest_checkpoint(run) / "policies" / "shared" / "adapter" / "adapter_model.safetensors"))
+
+    first = adapter(make_cold_start(tmp_path, "tiny:sft-init", run_name="first"))
+    again = adapter(make_cold_start(tmp_path, "tiny:sft-init", run_name="again",
+                                    overrides=(f"trainer.init_from={tmp_path / 'autoevol_sft' / 'first'}", "trainer.lr=1e-20")))
+    assert set(first) == set(again)
+    for k in first:
+        torch.testing.assert_close(again[k], first[k], rtol=0, atol=1e-18)
+    # not a fresh adapter (peft starts lora_B at zero; from there lr 1e-20 would leave it below 1e-18)
+    assert max(float(v.abs().max()) for k, v in again.items() if ".lora_B." in k) > 1e-4

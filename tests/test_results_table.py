@@ -236,3 +236,19 @@ def test_recipe_passes_user_arguments_last():
     bad = subprocess.run(["bash", "scripts/train/code/code_two_policy.sh", "--dry-run", "trainer.totl_steps=3"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown config key 'trainer.totl_steps'" in bad.stderr
+
+
+def test_plot_metrics_writes_a_png_and_refuses_unknown_keys(tmp_path):
+    spec = importlib.util.spec_from_file_location("plot_metrics", ROOT / "scripts" / "results" / "plot_metrics.py")
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(json.dumps({"step": s, "episode/team_reward": 0.1 * s, "reward/designer/mean": 0.2})
+                                 for s in (1, 2, 3)) + "\n" + json.dumps({"step": 4, "val/x": 1.0}) + "\n")
+    assert plot.series([json.loads(x) for x in metrics.read_text().splitlines()], "episode/team_reward") == (
+        [1.0, 2.0, 3.0], [0.1, 0.2, 0.30000000000000004])
+    out = tmp_path / "curve.png"
+    assert plot.main([str(metrics), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.main([str(metrics), "--keys", "nope", "--out", str(out)]) == 2
+    assert plot.main([str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2

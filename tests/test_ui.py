@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cold_start import make_cold_start
 from fakes import ScriptedEngine
 from pettingllms.mas.run import run_query
 from pettingllms.ui.app import create_app
@@ -122,13 +123,15 @@ def _raw_get(port: int, path: str) -> int:
 
 @pytest.fixture
 def server(tmp_path):
+    # a cold start where the recipe writes it (under trainer.output_dir): the demo must pick it up
+    make_cold_start(tmp_path / "outputs", "tiny:ui")
     port = _free_port()
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "RUNS_DIR": str(tmp_path / "runs"),
            "PYTHON": sys.executable, "ENGINE": "hf", "MODEL": "tiny:ui",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": "1"}
     cmd = ["bash", "scripts/evaluate/autoevol/serve_ui.sh", "model=tiny", "model.path=tiny:ui",
-           "mas.max_attempts=1", "mas.fallback_template=ensemble",
+           f"trainer.output_dir={tmp_path / 'outputs'}", "mas.max_attempts=1", "mas.fallback_template=ensemble",
            "mas.designer_sampling.max_new_tokens=48", "mas.executor_sampling.max_new_tokens=12"]
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -171,6 +174,8 @@ def test_page_in_headless_chromium(server, tmp_path):
         driver.get(f"http://127.0.0.1:{port}/")
         assert "MetaAgent-X" in driver.title
         WebDriverWait(driver, 20).until(lambda d: "tiny:ui" in d.find_element(By.ID, "model").text)
+        weights = f"weights: cold-start checkpoint {tmp_path / 'outputs' / 'autoevol_sft' / 'cold'}"
+        assert weights in driver.find_element(By.ID, "model").text  # the page says which weights run
         driver.find_element(By.ID, "example-math").click()
         assert "Natalia" in driver.find_element(By.ID, "question").get_attribute("value")
         driver.find_element(By.ID, "run").click()

@@ -106,6 +106,9 @@ def render_tabs(data: dict) -> str:
     summary = (f"<p>Status: {status} · attempts: {len(attempts)} · node calls: "
                f"{sum(1 for t in trace if t.get('kind') == 'llm')} · "
                f"time: {float((data.get('timing') or {}).get('total_s', 0)):.1f}s</p>")
+    weights = (data.get("summary") or {}).get("weights")
+    if weights:
+        summary += f'<p class="weights">Weights: {_e(weights)}</p>'
     if data.get("error"):
         summary += "<b>Error</b>" + _pre(data["error"], "error")
     design = "<b>mas_design.py</b> (the designer's program)" + _pre(data.get("design") or

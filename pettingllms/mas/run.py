@@ -1,7 +1,7 @@
 """One query end to end: the designer writes a design, the executor runs it, artifacts are written.
 
     run_query(question, designer_engine, designer_policy, executor_engine, executor_policy,
-              out_dir, cfg=MasConfig | dict | None, seed=0, progress=None) -> QueryResult
+              out_dir, cfg=MasConfig | dict | None, seed=0, progress=None, weights="") -> QueryResult
 
 Attempts: the designer's reply -> its last ```python block -> `run_designs` (DSL checks, then
 the sandbox). A failed attempt is retried with its error as feedback, up to `cfg.max_attempts`;
@@ -61,6 +61,7 @@ class QueryResult:
     out_dir: str
     report: str  # path of index.html
     timing: dict[str, float]
+    weights: str = ""  # which weights answered (the demo: base model or cold-start checkpoint)
 
 
 def mas_config(cfg: Any) -> MasConfig:
@@ -79,7 +80,7 @@ def _sampling(block, seed: int) -> SamplingParams:
 
 def run_query(question: str, designer_engine, designer_policy: str, executor_engine,
               executor_policy: str, out_dir: str | Path, cfg: Any = None, seed: int = 0,
-              progress: Callable[[dict], None] | None = None) -> QueryResult:
+              progress: Callable[[dict], None] | None = None, weights: str = "") -> QueryResult:
     cfg = mas_config(cfg)
     budgets = MasBudgets.from_cfg(cfg.budgets)
     out = Path(out_dir)
@@ -123,7 +124,7 @@ def run_query(question: str, designer_engine, designer_policy: str, executor_eng
     design, execution = last_run if last_run else (None, None)
     timing = {"total_s": time.monotonic() - start}
     query = QueryResult(question, final.ok, final.answer, final.error, design, attempts, execution,
-                        str(out), str(out / "index.html"), timing)
+                        str(out), str(out / "index.html"), timing, weights)
     write_artifacts(query)
     notify({"stage": "done", "ok": query.ok})
     return query
@@ -154,7 +155,7 @@ def report_data(q: QueryResult) -> dict:
     attempts = [asdict(a) for a in q.attempts]
     summary = {"question": q.question, "ok": q.ok, "answer": q.answer, "error": q.error,
                "attempts": len(q.attempts), "source": q.attempts[-1].source if q.attempts else "",
-               "node_calls": len(ex.node_calls) if ex else 0, "timing": q.timing,
+               "node_calls": len(ex.node_calls) if ex else 0, "timing": q.timing, "weights": q.weights,
                "execution_timing": ex.timing if ex else {}}
     return {**summary, "design": q.design, "program": ex.program if ex else "",
             "log": ex.log if ex else "", "trace": ex.trace if ex else [], "attempts": attempts,

@@ -6,6 +6,7 @@ the reply's tokens plus EOS; the loss is the token-mean NLL of the response only
 (`PolicyWorker.sft_update`). Rows go to their agent's policy (L1: one shared model learns both
 roles; L2/L3: one adapter / model per role). Writes the trainer's run folder layout: config,
 metrics.jsonl (one row per optimizer step), and a checkpoint that `trainer.init_from` accepts.
+With `trainer.init_from` set, SFT starts from that checkpoint's weights (e.g. more epochs on a cold start).
 """
 from __future__ import annotations
 
@@ -74,6 +75,9 @@ def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         raise ConfigError(f"sft.data={cfg.sft.data}: no rows for agents {list(cfg.sft.agents or agents)}")
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     policies = build_policies(cfg, agents)
+    if str(cfg.trainer.init_from):  # continue from an earlier SFT (or any) checkpoint: its weights only
+        ckpt_io.load_policies(ckpt_io.resolve_checkpoint(str(cfg.trainer.init_from), "trainer.init_from"),
+                              policies.workers, weights_only=True)
     tokenizers: dict[str, Any] = {}
     per_policy: dict[str, list[Sample]] = {name: [] for name in policies.workers}
     for i, row in enumerate(rows):

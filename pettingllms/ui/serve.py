@@ -4,8 +4,10 @@
     python -m pettingllms.ui.demo  [--config-name mas_demo] [key=value ...]   (QUESTION, RUNS_DIR)
 
 The model and engine come from the experiment config (`model.path`, `rollout.engine`,
-`rollout.openai.*`); designer and executor are the one policy of that model (L1), and
-`mas.*` sets budgets, attempts and sampling. scripts/evaluate/autoevol/serve_ui.sh picks the
+`rollout.openai.*`); the weights from `mas.checkpoint` (pettingllms/ui/weights.py: by default the
+MetaAgent-X cold start when one was made on that model, else the base model; designer and
+executor are one shared policy or one policy each), and `mas.*` sets budgets, attempts and
+sampling. scripts/evaluate/autoevol/serve_ui.sh picks the
 engine (a running OpenAI-compatible server, `vllm serve`, or the in-process HF engine).
 """
 from __future__ import annotations
@@ -27,26 +29,30 @@ DEFAULT_RUNS_DIR = "outputs/mas_demo/runs"
 def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
     """(run_query_fn(question, out_dir, progress), info for /api/health, close)."""
     from pettingllms.mas.run import run_query
-    from pettingllms.rollout.engines import build_engine, engine_policies
     from pettingllms.sandbox import configure_sandbox, sandbox_backend, sandbox_refusal
+    from pettingllms.ui.weights import build_demo_engine, demo_weights
 
-    policies = engine_policies(cfg)
-    if len(policies) != 1:
-        raise ConfigError("the demo serves one policy as designer and executor; set no `policies`")
-    policy = next(iter(policies))
+    if cfg.get("policies"):
+        raise ConfigError("the demo takes its policies from mas.checkpoint (one shared policy, or one per "
+                          "role in a checkpoint); set no `policies`")
     configure_sandbox(bool(cfg.sandbox.allow_weak))  # designs are LLM-written code
     backend = sandbox_backend()
     refused = sandbox_refusal(backend)
     if refused:
         raise ConfigError(f"the demo runs designs in the sandbox, and here {refused}")
-    engine = build_engine(cfg, policies)
+    weights = demo_weights(cfg)
+    for line in weights.skipped:
+        print(f"mas.checkpoint=auto passed over {line}", file=sys.stderr, flush=True)
+    print(f"weights: {weights.note}", file=sys.stderr, flush=True)
+    engine = build_demo_engine(cfg, weights)
+    designer, executor = weights.roles["designer"], weights.roles["executor"]
 
     def run(question: str, out_dir: Path, progress=None):
-        return run_query(question, engine, policy, engine, policy, out_dir, cfg.mas,
-                         seed=int(cfg.seed), progress=progress)
+        return run_query(question, engine, designer, engine, executor, out_dir, cfg.mas,
+                         seed=int(cfg.seed), progress=progress, weights=weights.note)
 
     info = {"designer": str(cfg.model.path), "executor": str(cfg.model.path),
-            "engine": str(cfg.rollout.engine),
+            "weights": weights.note, "engine": str(cfg.rollout.engine),
             "sandbox": backend.kind + (f" ({backend.confinement})" if backend.confinement else "")
             + (" (weaker: " + "; ".join(backend.weaker) + ")" if backend.weaker else "")}
     return run, info, engine.close
@@ -60,7 +66,7 @@ def _serve(cfg: DictConfig, job: JobInfo | None = None) -> int:
         raise ConfigError(f"PORT must be a number, got {port!r}")
     run, info, close = query_runner(cfg)
     app = create_app(run, os.environ.get("RUNS_DIR", DEFAULT_RUNS_DIR), info)
-    print(f"MetaAgent-X demo on http://{host}:{port}/ (model {cfg.model.path})", flush=True)
+    print(f"MetaAgent-X demo on http://{host}:{port}/ ({info['weights']})", flush=True)
     try:
         app.run(host=host, port=int(port), threaded=True, use_reloader=False)
     finally:

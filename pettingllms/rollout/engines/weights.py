@@ -103,6 +103,17 @@ def write_adapter(update: WeightUpdate, folder: str | Path) -> Path:
     return folder
 
 
+def read_adapter(folder: str | Path, policy: str, version: int = 0) -> WeightUpdate:
+    """A saved peft adapter folder (write_adapter's, or a checkpoint's `adapter/`) as a LoRA update."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if not (folder / ADAPTER_WEIGHTS).is_file() or not (folder / ADAPTER_CONFIG).is_file():
+        raise FileNotFoundError(f"{folder} is not a peft adapter folder (needs {ADAPTER_WEIGHTS} and {ADAPTER_CONFIG})")
+    return WeightUpdate(policy, "lora", load_file(str(folder / ADAPTER_WEIGHTS)),
+                        json.loads((folder / ADAPTER_CONFIG).read_text()), version=version)
+
+
 def to_dtype(tensors: dict[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor]:
     """Detached copies; floating tensors cast to `dtype`."""
     return {k: (v.detach().to(dtype).clone() if v.is_floating_point() else v.detach().clone())

@@ -9,6 +9,9 @@ checks and runs to an answer in the sandboxed executor (the same model answering
 problem (the first --problems of the --split split of env.data; train data never overlaps the test
 split) gets one design at eval.temperature, through the training rollout (k = 1 design x 1
 execution). Prints the rates per stage and writes a JSON file with every design and its outcome.
+`mas.budgets.wall_s` / `round_wall_s` count wall time, generation included: on a loaded machine raise
+them (e.g. mas.budgets.wall_s=3600 mas.budgets.round_wall_s=120) so that slowness is not scored
+as an invalid design.
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="config overrides, e.g. model=tiny eval.temperature=0")
     args = ap.parse_args(argv)
 
+    from omegaconf import OmegaConf
+
     from pettingllms.cli.config_loading import load_config
     from pettingllms.config import ConfigError
     from pettingllms.trainer import checkpoint as ckpt_io
@@ -90,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         backend.close()
     result = {"checkpoint": str(ckpt or ""), "model": str(cfg.model.path), "split": args.split,
               "temperature": float(cfg.eval.temperature), "wall_s": time.perf_counter() - t0,
+              "designer_max_new_tokens": int(cfg.mas.designer_sampling.max_new_tokens),
+              "budgets": OmegaConf.to_container(cfg.mas.budgets, resolve=True),
               **summarise(batch.episodes)}
     out = Path(args.out) if args.out else (
         (ckpt / "design_validity.json") if ckpt else

@@ -3,7 +3,8 @@
 # the HTML report (index.html next to mas_design.py, mas.py, execution.log, trace.jsonl, ...).
 #   bash scripts/evaluate/autoevol/serve_demo.sh QUESTION="What is 17 * 23?"
 #   MODEL=... START_VLLM=false bash scripts/evaluate/autoevol/serve_demo.sh QUESTION="..."
-# The engine is chosen as in serve_ui.sh; RUNS_DIR (default outputs/mas_demo/runs) holds the run.
+# The engine and weights (CHECKPOINT: the cold start when there is one) are chosen as in
+# serve_ui.sh; RUNS_DIR (default outputs/mas_demo/runs) holds the run.
 set -euo pipefail
 ARGS=()
 for a in "$@"; do

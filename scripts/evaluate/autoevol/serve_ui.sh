@@ -6,8 +6,11 @@
 #   START_VLLM=false OPENAI_BASE_URL=http://127.0.0.1:8000/v1 bash ...   # use a running server
 # Engine: START_VLLM=false -> the running OpenAI-compatible server at OPENAI_BASE_URL; otherwise
 # `vllm serve` is started (VLLM_PORT, default 8000) where vLLM is installed, else the in-process
-# HF engine (ENGINE=hf forces it). Extra key=value arguments override the config (configs/mas_demo.yaml);
-# --dry-run prints the config and exits. It binds 127.0.0.1 unless you set HOST.
+# HF engine (ENGINE=hf forces it). Weights: CHECKPOINT (mas.checkpoint; default auto = the newest
+# cold start of scripts/train/autoeval/sft_cold_start.sh made on MODEL, else the base model; none;
+# or a run folder / checkpoint); the page and the log say which. Extra key=value arguments override
+# the config (configs/mas_demo.yaml); --dry-run prints the config and exits. It binds 127.0.0.1
+# unless you set HOST.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
@@ -17,6 +20,7 @@ export HOST="${HOST:-127.0.0.1}" PORT="${PORT:-8899}"
 MODEL="${MODEL:-embedded:smollm2-135m-instruct}"
 START_VLLM="${START_VLLM:-auto}"
 VLLM_PORT="${VLLM_PORT:-8000}"
+CHECKPOINT="${CHECKPOINT:-auto}"
 ENTRY="${ENTRY:-pettingllms.ui.serve}"
 DRY=false
 for a in "$@"; do [ "$a" = "--dry-run" ] && DRY=true; done
@@ -32,7 +36,9 @@ elif [ "$DRY" = false ] && "$PYTHON" -c "import vllm" >/dev/null 2>&1; then
   VLLM_BIN="$(dirname "$PYTHON")/vllm"
   [ -x "$VLLM_BIN" ] || VLLM_BIN=vllm
   echo "starting vllm serve $SERVED on 127.0.0.1:$VLLM_PORT" >&2
-  "$VLLM_BIN" serve "$SERVED" --host 127.0.0.1 --port "$VLLM_PORT" >"${VLLM_LOG:-/tmp/pettingllms-vllm.log}" 2>&1 &
+  # LoRA on, adapters loadable at run time: the demo sends the cold-start adapter (if any) to it
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "$VLLM_BIN" serve "$SERVED" --host 127.0.0.1 --port "$VLLM_PORT" \
+    --enable-lora --max-lora-rank "${VLLM_MAX_LORA_RANK:-64}" >"${VLLM_LOG:-/tmp/pettingllms-vllm.log}" 2>&1 &
   VLLM_PID=$!
   trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT
   for _ in $(seq 1 300); do
@@ -42,4 +48,4 @@ elif [ "$DRY" = false ] && "$PYTHON" -c "import vllm" >/dev/null 2>&1; then
   done
   ENGINE_ARGS=(rollout.engine=openai "rollout.openai.base_url=http://127.0.0.1:$VLLM_PORT/v1")
 fi
-"$PYTHON" -m "$ENTRY" --config-name mas_demo "model.path=$MODEL" ${ENGINE_ARGS[@]+"${ENGINE_ARGS[@]}"} "$@"
+"$PYTHON" -m "$ENTRY" --config-name mas_demo "model.path=$MODEL" "mas.checkpoint=$CHECKPOINT" ${ENGINE_ARGS[@]+"${ENGINE_ARGS[@]}"} "$@"

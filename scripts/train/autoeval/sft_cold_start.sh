@@ -14,8 +14,11 @@ DATA="${DATA:-datasets/autoevol_sft}"
 case " $* " in
   *" --dry-run "*) ;;  # print the composed config only
   *) if [ ! -f "$DATA/train.jsonl" ]; then
+       # the traces run on the same model / data as the SFT: config overrides go to the builder too
+       OVERRIDES=()
+       for a in "$@"; do case "$a" in hydra*|-*|sft.*|trainer.*) ;; *=*) OVERRIDES+=("$a") ;; esac; done
        "$PYTHON" scripts/dataprocess/build_autoevol_sft.py --out "$DATA" --problems "${PROBLEMS:-256}" \
-         --trace-problems "${TRACE_PROBLEMS:-32}"
+         --trace-problems "${TRACE_PROBLEMS:-32}" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
      fi ;;
 esac
 exec "$PYTHON" -m pettingllms.sft --config-name autoevol_sft "sft.data=$DATA/train.jsonl" "$@"
