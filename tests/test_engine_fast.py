@@ -131,12 +131,11 @@ def test_auto_engine_rule() -> None:
     with mock.patch.object(importlib.util, "find_spec", lambda name, *a: None):
         assert auto_engine(_cfg(1, 1)) == ("hf", "vllm is not installed")
     with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object()):
-        lora = validate(OmegaConf.create({"model": {"path": TINY, "lora": {"enabled": True}},
-                                          "rollout": {"engine": "auto", "batch_size": 1, "k": 1}}))
+        lora = {"shared": 16}  # the LoRA policies, as the trainer passes them to build_engine
         with mock.patch.object(torch.cuda, "is_available", lambda: False):
-            assert auto_engine(lora)[0] == "hf"  # vLLM's CPU LoRA path is the slow one
+            assert auto_engine(_cfg(1, 1), lora)[0] == "hf"  # vLLM's CPU LoRA path is the slow one
         with mock.patch.object(torch.cuda, "is_available", lambda: True):
-            assert auto_engine(lora)[0] == "vllm"
+            assert auto_engine(_cfg(1, 1), lora)[0] == "vllm"
 
 
 def test_auto_builds_hf_for_training_sized_calls() -> None:

