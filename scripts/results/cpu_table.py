@@ -289,7 +289,7 @@ def plot(results: dict[tuple[str, str], list[dict]], path: Path) -> None:
             ax.set_title(f"{column}: {label} (band: min-max over seeds)", fontsize=9)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
-            if j == 1:
+            if j == 1 and ax.get_legend_handles_labels()[0]:  # no trained row finished yet: no legend
                 ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
