@@ -220,6 +220,9 @@ class EvalConfig:
     k: int = 4  # samples per problem for avg@k / pass@k
     limit: Optional[int] = None
     temperature: float = 0.7
+    # problems per rollout call (each plays k episodes); None: rollout.batch_size. Larger is
+    # faster (wider generate batches) and only changes which sampling seed each problem gets
+    batch_problems: Optional[int] = None
     checkpoint: str = ""  # empty: the base model
     output: str = ""  # results JSON; empty: next to the checkpoint, or outputs/<experiment>/eval/
 

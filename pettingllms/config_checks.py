@@ -43,6 +43,7 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("model.lora.dropout", lambda v: 0 <= v < 1, "must be in [0, 1)"),
     ("rollout.k", lambda v: v >= 1, "must be >= 1 (candidates per problem, turn and agent)"),
     ("rollout.batch_size", lambda v: v >= 1, "must be >= 1"),
+    ("eval.batch_problems", lambda v: v >= 1, "must be >= 1 (or unset: rollout.batch_size)"),
     ("rollout.max_prompt_tokens", lambda v: v >= 1, "must be >= 1"),
     ("rollout.env_workers", lambda v: v >= 1, "must be >= 1"),
     ("rollout.sampling.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),

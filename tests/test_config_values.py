@@ -83,6 +83,7 @@ def test_model_dtype():
     ("trainer.micro_batch_size=0", "trainer.micro_batch_size", "must be >= 1"),
     ("trainer.betas=[0.9,1.5]", "trainer.betas", "must be two numbers in [0, 1)"),
     ("eval.k=0", "eval.k", "must be >= 1"),
+    ("eval.batch_problems=0", "eval.batch_problems", "must be >= 1 (or unset: rollout.batch_size)"),
     ("env.max_turns=0", "env.max_turns", "must be >= 1"),
     ("model.lora.rank=0", "model.lora.rank", "must be >= 1"),
     ("algorithm.clip_low=1.5", "algorithm.clip_low", "must be in [0, 1)"),

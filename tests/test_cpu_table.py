@@ -41,7 +41,7 @@ def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
     for col, row, _ in runs:
         assert sorted(seed for c, r, seed in runs if (c, r.name) == (col, row.name)) == [0, 1]
     budget_keys = ("trainer.total_steps=", "rollout.batch_size=", "rollout.k=", "rollout.sampling.max_new_tokens=",
-                   "trainer.lr=", "eval.k=", "eval.limit=")
+                   "trainer.lr=", "eval.k=", "eval.limit=", "eval.batch_problems=")
     budgets = {tuple(o for o in ct.run_overrides(s, col, row, 0) if o.startswith(budget_keys))
                for col, row, _ in runs if row.mode == "train"}
     assert len(budgets) == 1  # every trained row: the same steps, problems, K, tokens, lr, eval

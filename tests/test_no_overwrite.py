@@ -74,6 +74,7 @@ def _fake_builder(monkeypatch, calls):
         return {"rows": 1}
     module.build = build
     monkeypatch.setitem(sys.modules, "fake_data_builder", module)
+    return module
 
 
 def test_missing_dataset_is_built_elsewhere_and_moved_into_place(tmp_path, monkeypatch):
@@ -82,10 +83,26 @@ def test_missing_dataset_is_built_elsewhere_and_moved_into_place(tmp_path, monke
     (tmp_path / "toy").mkdir()  # an empty folder may be filled
     out = ensure_dataset("toy", tmp_path, builder="fake_data_builder")
     assert out == tmp_path / "toy" and calls[0] != out  # written in a temporary folder first
-    assert sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == ["build.json", "test.parquet", "train.parquet"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy"]  # no temporary folder left
     ensure_dataset("toy", tmp_path, builder="fake_data_builder")
     assert len(calls) == 1  # complete: never rebuilt
+
+
+def test_a_folder_built_by_an_older_data_version_is_kept_and_named(tmp_path, monkeypatch, caplog):
+    calls: list[Path] = []
+    module = _fake_builder(monkeypatch, calls)
+    out = ensure_dataset("toy", tmp_path, builder="fake_data_builder")
+    assert json.loads((out / "build.json").read_text())["version"] == 1
+    with caplog.at_level(logging.WARNING, logger="pettingllms.envs.dataset"):
+        ensure_dataset("toy", tmp_path, builder="fake_data_builder")
+        assert not caplog.records  # same version: silent
+        module.DATA_VERSIONS = {"toy": 2}  # the generator changed after the folder was built
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        assert ensure_dataset("toy", tmp_path, builder="fake_data_builder") == out
+    assert len(calls) == 1 and {p.name: p.read_bytes() for p in out.iterdir()} == before  # never rebuilt
+    assert "built by data version 1 of toy, this version makes 2" in caplog.text
+    assert "move the folder away" in caplog.text
 
 
 def test_folder_with_other_user_files_is_not_built_into(tmp_path, monkeypatch):

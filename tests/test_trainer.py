@@ -145,6 +145,24 @@ class _ScriptedRollout:
                                        for w in self.wins[p["id"]][:k]])
 
 
+def test_eval_batch_problems_sets_the_problems_per_rollout_call(tmp_path):
+    cfg = trainer_cfg(tmp_path)
+    problems = [{"id": f"p{i % 3}", "source": "a"} for i in range(3)] * 3  # 9 problems, 3 ids
+
+    class _Counting(_ScriptedRollout):
+        calls: list[int] = []
+
+        def run(self, problems, seed, k):
+            self.calls.append(len(problems))
+            return super().run(problems, seed, k)
+
+    for batch_problems, sizes in ((None, [cfg.rollout.batch_size] * (9 // cfg.rollout.batch_size)), (4, [4, 4, 1])):
+        cfg.eval.batch_problems = batch_problems
+        _Counting.calls = []
+        evaluate_problems(lambda ecfg: _Counting(), cfg, problems, k=2, seed=0)
+        assert _Counting.calls[:len(sizes)] == sizes and sum(_Counting.calls) == 9
+
+
 def test_avg_and_pass_at_k_by_hand(tmp_path):
     cfg = trainer_cfg(tmp_path)
     problems = [{"id": "p0", "source": "a"}, {"id": "p1", "source": "a"}, {"id": "p2", "source": "b"}]

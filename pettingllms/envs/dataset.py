@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import json
 import logging
 import shutil
 import tempfile
@@ -41,6 +42,35 @@ def new_output_dir(out: str | Path) -> Path:
     return out
 
 
+BUILD_RECORD = "build.json"  # written next to the splits: which data version built them
+
+
+def data_version(module: Any, data_name: str) -> int:
+    """The version of `data_name`'s generator: a builder module's DATA_VERSIONS[name] (default
+    1). Bumped when a change alters the rows, so that an older folder is noticed (below)."""
+    return int(getattr(module, "DATA_VERSIONS", {}).get(data_name, 1))
+
+
+def _warn_if_stale(out: Path, data_name: str, builder: str | None) -> None:
+    """A folder built by an older generator is kept (a build never replaces files), but said so:
+    otherwise a documented number silently stops reproducing after an update."""
+    try:
+        module = importlib.import_module(builder or f"pettingllms.envs.{data_name}.data")
+    except ImportError:  # the user's own data: no generator to compare with
+        return
+    if data_name not in buildable_names(module):
+        return
+    record = out / BUILD_RECORD
+    try:
+        built = int(json.loads(record.read_text()).get("version", 1)) if record.exists() else 1
+    except (ValueError, OSError, AttributeError):
+        built = 1
+    now = data_version(module, data_name)
+    if built != now:
+        log.warning("%s was built by data version %d of %s, this version makes %d: its rows differ from "
+                    "what the docs measured; move the folder away to have it rebuilt", out, built, data_name, now)
+
+
 def buildable_names(module: Any) -> tuple[str, ...]:
     """Dataset names a builder module makes: its DATA_NAMES, else its env package's name."""
     names = getattr(module, "DATA_NAMES", None)
@@ -58,6 +88,7 @@ def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, se
     out = dataset_dir(data_name, data_root)
     have = [s for s in SPLITS if (out / f"{s}.parquet").exists()]
     if len(have) == len(SPLITS):
+        _warn_if_stale(out, data_name, builder)
         return out
     if out.is_dir() and any(out.iterdir()):
         missing = [f"{s}.parquet" for s in SPLITS if s not in have]
@@ -77,6 +108,8 @@ def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, se
     tmp = Path(tempfile.mkdtemp(prefix=f".{data_name}.building-", dir=out.parent))
     try:
         report = module.build(tmp / data_name, seed=seed)
+        (tmp / data_name / BUILD_RECORD).write_text(json.dumps(
+            {"version": data_version(module, data_name), "seed": seed, "report": report}, default=str, indent=1))
         if out.is_dir():
             out.rmdir()  # empty (checked above); a non-empty folder makes rename fail, never replaced
         (tmp / data_name).rename(out)

@@ -54,7 +54,7 @@ def evaluate_problems(make_rollout: Callable[[DictConfig], Any], cfg: DictConfig
     """
     ecfg = eval_config(cfg, k)
     rollout = make_rollout(ecfg)
-    chunk = chunk or max(1, int(cfg.rollout.batch_size))
+    chunk = chunk or max(1, int(cfg.eval.get("batch_problems") or cfg.rollout.batch_size))
     by_problem: dict[str, list[Episode]] = defaultdict(list)
     for i in range(0, len(problems), chunk):
         batch = rollout.run(problems[i: i + chunk], seed=seed + i, k=k)

@@ -12,6 +12,7 @@ from pettingllms.envs.math import data as math_data
 
 # what training builds on first use (pettingllms.envs.dataset): the two families' own names
 DATA_NAMES = tuple(math_data.DATA_NAMES) + tuple(code_data.DATA_NAMES)
+DATA_VERSIONS = {**getattr(math_data, "DATA_VERSIONS", {}), **getattr(code_data, "DATA_VERSIONS", {})}
 
 
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None) -> dict:

@@ -37,6 +37,7 @@ from pettingllms.envs.code.parsing import humaneval_tests
 from pettingllms.sandbox import SandboxLimits, run_many
 
 DATA_NAMES = ("code", "code_easy")  # what training builds on first use (pettingllms.envs.dataset)
+DATA_VERSIONS = {"code_easy": 2}  # 2: six two-step templates (docs/results/easy_levels.md)
 
 log = logging.getLogger(__name__)
 BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)

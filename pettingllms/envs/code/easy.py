@@ -82,6 +82,23 @@ TEMPLATES: dict[str, tuple[str, str, str, Callable[..., Any], _Sampler, tuple[in
                        "return s[-{n}:]", lambda n, s: s[-n:], _word, (1, 4)),
     "starts_with_{c}": ("(s: str) -> bool", "Return True if s starts with the letter '{c}', else False.",
                         "return s.startswith('{c}')", lambda c, s: s.startswith(c), _word, (0, 7)),
+    # two steps in one line (a constant inside a filter, a clamp, a rewrite): the untrained
+    # embedded model passes the one-step templates above most of the time, so these keep the
+    # level's success inside the 10-60% band RL needs (docs/results/easy_levels.md)
+    "clamp_0_{n}": ("(x: int) -> int", "Return x limited to the range 0..{n}: 0 if x is below 0, {n} if x is above {n}, else x.",
+                    "return min(max(x, 0), {n})", lambda n, x: min(max(x, 0), n), _ints(-15, 25), (3, 12)),
+    "count_above_{n}": ("(xs: list) -> int", "Return how many numbers in xs are greater than {n}.",
+                        "return sum(1 for x in xs if x > {n})", lambda n, xs: sum(1 for x in xs if x > n),
+                        _int_list, (-3, 5)),
+    "add_{n}_to_each": ("(xs: list) -> list", "Return a new list with {n} added to every number of xs.",
+                        "return [x + {n} for x in xs]", lambda n, xs: [x + n for x in xs], _int_list, (1, 9)),
+    "remove_{c}": ("(s: str) -> str", "Return s with every letter '{c}' removed.",
+                   "return s.replace('{c}', '')", lambda c, s: s.replace(c, ""), _word, (0, 7)),
+    "sum_multiples_of_{n}": ("(xs: list) -> int", "Return the sum of the numbers in xs that are divisible by {n}.",
+                             "return sum(x for x in xs if x % {n} == 0)", lambda n, xs: sum(x for x in xs if x % n == 0),
+                             _int_list, (2, 5)),
+    "last_is_{c}": ("(s: str) -> bool", "Return True if s is not empty and its last letter is '{c}', else False.",
+                    "return s.endswith('{c}')", lambda c, s: s.endswith(c), _word, (0, 7)),
 }
 _LETTERS = "abcdeiou"
 TESTS_PER_TASK = 4
