@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from pettingllms.config import LoraConfig
-from pettingllms.rollout.engines.weights import lora_delta, plain_peft_config
+from pettingllms.rollout.engines.weights import (ADAPTER_WEIGHTS, WeightUpdate, lora_delta, plain_peft_config,
+                                                 write_adapter)
 
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def _peft_config(lora: LoraConfig):
@@ -108,12 +108,8 @@ class SharedLoraBase:
 
     def save_adapter(self, name: str, folder: Path) -> None:
         """A standard peft adapter folder for this one adapter (loadable by PeftModel.from_pretrained)."""
-        from peft import get_peft_model_state_dict
-        from safetensors.torch import save_file
-        folder.mkdir(parents=True, exist_ok=True)
-        sd = get_peft_model_state_dict(self.peft_model, adapter_name=name, save_embedding_layers=False)
-        save_file({k: v.detach().contiguous().cpu() for k, v in sd.items()}, str(folder / ADAPTER_WEIGHTS))
-        self.peft_model.peft_config[name].save_pretrained(str(folder))
+        tensors, config = self.adapter_state(name)
+        write_adapter(WeightUpdate(name, "lora", tensors, config), folder)
 
     def load_adapter(self, name: str, folder: Path) -> None:
         from peft import set_peft_model_state_dict

@@ -86,10 +86,10 @@ class PolicyTrainingWorker(TrainingWorker):
         model = self._peft_model()
         if hasattr(model, "peft_config"):
             from peft import get_peft_model_state_dict
-            from safetensors.torch import save_file
+
+            from pettingllms.rollout.engines.weights import WeightUpdate, plain_peft_config, write_adapter
             adapter = get_peft_model_state_dict(model, state_dict=state)
-            save_file({k: v.contiguous() for k, v in adapter.items()}, str(out / "adapter_model.safetensors"))
-            model.peft_config["default"].save_pretrained(str(out))
+            write_adapter(WeightUpdate("export", "lora", adapter, plain_peft_config(model.peft_config["default"])), out)
         else:
             model.save_pretrained(str(out), state_dict=state)
         (out / "exported_by.json").write_text(json.dumps({"backend": "verl", "world_size":
