@@ -3,7 +3,8 @@
 # problem, executor traces from running them) if it is missing, then supervised fine-tuning (token-
 # level NLL on the replies, LoRA by default) with configs/autoevol_sft.yaml. Prints the run folder;
 # co-train from it with  INIT=<run folder> bash scripts/train/autoeval/example_cotrain_autoeval.sh
-#   PROBLEMS=256 TRACE_PROBLEMS=32 bash scripts/train/autoeval/sft_cold_start.sh [overrides] [--dry-run]
+#   PROBLEMS=384 TRACE_PROBLEMS=32 bash scripts/train/autoeval/sft_cold_start.sh [overrides] [--dry-run]
+# The measured cold start (docs/results/autoevol.md) is these defaults with TRACE_PROBLEMS=0.
 # Measure the design-validity rate before / after with scripts/evaluate/autoevol/design_validity.py.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -17,7 +18,7 @@ case " $* " in
        # the traces run on the same model / data as the SFT: config overrides go to the builder too
        OVERRIDES=()
        for a in "$@"; do case "$a" in hydra*|-*|sft.*|trainer.*) ;; *=*) OVERRIDES+=("$a") ;; esac; done
-       "$PYTHON" scripts/dataprocess/build_autoevol_sft.py --out "$DATA" --problems "${PROBLEMS:-256}" \
+       "$PYTHON" scripts/dataprocess/build_autoevol_sft.py --out "$DATA" --problems "${PROBLEMS:-384}" \
          --trace-problems "${TRACE_PROBLEMS:-32}" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
      fi ;;
 esac
