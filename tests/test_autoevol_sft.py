@@ -92,6 +92,9 @@ def test_build_sft_then_cotrain_from_it_and_measure_validity(tmp_path, capsys):
                                        "sft.batch_size=2", f"trainer.output_dir={tmp_path / 'out'}",
                                        "trainer.run_name=sft", "trainer.log_tensorboard=false"])
     run_dir = run_sft(cfg)
+    console = capsys.readouterr().out  # one SFT line per step, counted against the SFT's own steps
+    assert "sft step 1/4 epoch 0 shared: nll" in console and "sft step 4/4 epoch 1" in console
+    assert "reward" not in console
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 4 and all(m["sft/nll"] > 0 for m in metrics)
     assert (run_dir / "checkpoints" / "step_000004" / "policies" / "shared" / "adapter").is_dir()

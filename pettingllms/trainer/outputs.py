@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -98,7 +98,8 @@ class RunOutputs:
     """Writes the config, the step metrics (to every `trainer.logger` sink) and trajectories."""
 
     def __init__(self, run_dir: Path, cfg: DictConfig, history: Iterable[dict] = (),
-                 resume_step: int | None = None) -> None:
+                 resume_step: int | None = None, line: Callable[[dict[str, Any]], str] | None = None) -> None:
+        """`line`: the console line of one step's metrics (default: the RL step's summary_line)."""
         from pettingllms.trainer.loggers import make_loggers
 
         self.run_dir = Path(run_dir)
@@ -106,7 +107,8 @@ class RunOutputs:
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         self.metrics_path = self.run_dir / "metrics.jsonl"
         total = int(cfg.trainer.total_steps)
-        self.loggers = make_loggers(self.run_dir, cfg, history, resume_step, lambda m: summary_line(m, total))
+        self.loggers = make_loggers(self.run_dir, cfg, history, resume_step,
+                                    line or (lambda m: summary_line(m, total)))
 
     def log_metrics(self, metrics: dict[str, Any]) -> None:
         for sink in self.loggers:

@@ -85,10 +85,14 @@ def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         base = str(policies.workers[name].spec.base)
         tok = tokenizers.get(base) or tokenizers.setdefault(base, load_tokenizer(base))
         per_policy[name].append(row_sample(row, tok, int(cfg.rollout.max_prompt_tokens), i))
-    outputs = RunOutputs(run_dir, cfg, ())
+    size = max(1, int(cfg.sft.batch_size))
+    total = int(cfg.sft.epochs) * sum(-(-len(v) // size) for v in per_policy.values())
+    outputs = RunOutputs(run_dir, cfg, (), line=lambda m: (
+        f"sft step {m['step']}/{total} epoch {m['epoch']} {m['sft/policy']}: nll {m.get('sft/nll', float('nan')):.4f} "
+        f"({int(m.get('sft/num_tokens', 0))} tokens)"))
     history: list[dict[str, Any]] = []
     rng = random.Random(int(cfg.seed))
-    size, step, t_run = max(1, int(cfg.sft.batch_size)), 0, time.perf_counter()
+    step, t_run = 0, time.perf_counter()
     try:
         for epoch in range(int(cfg.sft.epochs)):
             batches = []
@@ -104,9 +108,7 @@ def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
                            **{f"sft/{k}": v for k, v in report.items()},
                            "time/elapsed_s": time.perf_counter() - t_run}
                 history.append(metrics)
-                outputs.log_metrics(metrics)
-                print(f"sft step {step} epoch {epoch} {name}: nll {report.get('nll', float('nan')):.4f} "
-                      f"({int(report.get('num_tokens', 0))} tokens)", flush=True)
+                outputs.log_metrics(metrics)  # the console line is the one RunOutputs was given
         state = {"data": {}, "metrics": history, "sft": {"rows": len(rows), "data": str(cfg.sft.data)}}
         ckpt = ckpt_io.save_checkpoint(run_dir, step, dict(policies.workers), state)
         (run_dir / "sft_summary.json").write_text(json.dumps(
