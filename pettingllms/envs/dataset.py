@@ -51,11 +51,16 @@ def data_version(module: Any, data_name: str) -> int:
     return int(getattr(module, "DATA_VERSIONS", {}).get(data_name, 1))
 
 
+def _builder_module(data_name: str, builder: str | None) -> str:
+    """The module whose build() makes `data_name` (default: the env package named like the data)."""
+    return builder or f"pettingllms.envs.{data_name}.data"
+
+
 def _warn_if_stale(out: Path, data_name: str, builder: str | None) -> None:
     """A folder built by an older generator is kept (a build never replaces files), but said so:
     otherwise a documented number silently stops reproducing after an update."""
     try:
-        module = importlib.import_module(builder or f"pettingllms.envs.{data_name}.data")
+        module = importlib.import_module(_builder_module(data_name, builder))
     except ImportError:  # the user's own data: no generator to compare with
         return
     if data_name not in buildable_names(module):
@@ -97,7 +102,7 @@ def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, se
     if str(data_root) != DEFAULT_DATA_ROOT and not Path(data_root).is_dir():
         raise ConfigError(f"env.data_root={data_root} does not exist; create it or fix the path "
                           f"(only the default '{DEFAULT_DATA_ROOT}' is created on first use)")
-    module = importlib.import_module(builder or f"pettingllms.envs.{data_name}.data")
+    module = importlib.import_module(_builder_module(data_name, builder))
     names = buildable_names(module)
     if data_name not in names:
         close = difflib.get_close_matches(data_name, names, n=1)

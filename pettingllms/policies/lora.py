@@ -18,7 +18,6 @@ from pettingllms.rollout.engines.weights import (ADAPTER_WEIGHTS, WeightUpdate, 
                                                  write_adapter)
 
 
-
 def _peft_config(lora: LoraConfig):
     from peft import LoraConfig as PeftLoraConfig
     return PeftLoraConfig(

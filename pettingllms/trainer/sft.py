@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         tok = tokenizers.get(base) or tokenizers.setdefault(base, load_tokenizer(base))
         per_policy[name].append(row_sample(row, tok, int(cfg.rollout.max_prompt_tokens), i))
     size = max(1, int(cfg.sft.batch_size))
-    total = int(cfg.sft.epochs) * sum(-(-len(v) // size) for v in per_policy.values())
+    total = int(cfg.sft.epochs) * sum(math.ceil(len(v) / size) for v in per_policy.values())  # the loop's steps
     outputs = RunOutputs(run_dir, cfg, (), line=lambda m: (
         f"sft step {m['step']}/{total} epoch {m['epoch']} {m['sft/policy']}: nll {m.get('sft/nll', float('nan')):.4f} "
         f"({int(m.get('sft/num_tokens', 0))} tokens)"))

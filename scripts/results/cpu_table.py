@@ -24,8 +24,8 @@ Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; h
 first 48 test problems (all of math_easy's) with k=2, 16 problems per rollout call. That is 8
 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1 training step 36.5 s
 (gen 21.3, update 13.9), so about 5 min of training per run plus its held-out evaluation; the
-whole table is estimated at 2-2.5 hours on 2 cores (about 1.5x that on one). A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a
-re-run skips it (an interrupted training resumes from its last checkpoint). After each run the
+whole table is estimated at 2-2.5 hours on 2 cores (about 1.5x that on one).
+A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an interrupted training resumes from its last checkpoint). After each run the
 table is rebuilt: OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are
 outside the noise), cpu_table.png (reward and held-out curves with seed bands), cpu_table.json.
 """
