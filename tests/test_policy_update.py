@@ -92,6 +92,54 @@ def test_zero_advantage_batch_gives_zero_gradient_update():
     assert all_equal(before, worker.trainable_state())
 
 
+def _recording(worker):
+    """Wrap the worker's optimizer step so that every step's gradients are kept."""
+    grads, accumulated = [], []
+    step, accumulate = worker.optimizer.step, worker.accumulate
+
+    def recorded_step(*a, **k):
+        grads.append({n: p.grad.clone() for n, p in worker.model.named_parameters() if p.grad is not None})
+        return step(*a, **k)
+
+    def counted(samples, *a, **k):
+        accumulated.extend(s.candidate for s in samples)
+        return accumulate(samples, *a, **k)
+    worker.optimizer.step, worker.accumulate = recorded_step, counted
+    return grads, accumulated
+
+
+def test_zero_advantage_samples_are_not_run_and_the_update_is_unchanged():
+    with exact_float64():
+        cfg = _fp64_cfg({"algorithm": {"mini_batches": 2}, "trainer": {"weight_decay": 0.01}})
+        fast, full = _shared(cfg), _shared(cfg)
+        full._contributing = lambda samples: [True] * len(samples)  # the plain path: every sample runs
+        mixed = make_samples("tool", [0.0, 1.5, 0.0, -1.0, 0.0, 0.5], seed=3)
+        zeros = make_samples("tool", [0.0, 0.0, 0.0, 0.0], seed=5)
+        (g_fast, ran_fast), (g_full, ran_full) = _recording(fast), _recording(full)
+        m_fast = [fast.update(mixed, 0), fast.update(zeros, 1)]
+        m_full = [full.update(mixed, 0), full.update(zeros, 1)]
+    assert sorted(ran_fast) == [1, 3, 5] and sorted(ran_full) == sorted([0, 1, 2, 3, 4, 5] + [0, 1, 2, 3])
+    assert [m["zero_advantage_skipped"] for m in m_fast] == [3.0, 4.0]
+    assert [m["zero_advantage_skipped"] for m in m_full] == [0.0, 0.0]
+    assert len(g_fast) == len(g_full) == 4  # 2 mini-batches a step; the all-zero step still steps
+    terms = _grad_terms(fast.model, sum(len(s.response_ids) for s in mixed))
+    for a, b in zip(g_fast, g_full):
+        assert a.keys() == b.keys()
+        for n in a:
+            assert_close_by_size(a[n], b[n], terms)
+    assert all(float(g.abs().max()) == 0.0 for g in g_fast[-1].values())
+    w_fast, w_full = fast.trainable_state(), full.trainable_state()
+    for n in w_full:  # Adam's moments moved the weights on the zero-gradient step the same way
+        assert_close_by_size(w_fast[n], w_full[n], terms)
+
+
+def test_kl_or_entropy_terms_run_zero_advantage_samples_too():
+    worker = _shared(make_cfg({"algorithm": {"entropy_coef": 0.01}}))
+    _, ran = _recording(worker)
+    m = worker.update(make_samples("tool", [0.0, 1.0, 0.0], seed=4), step=0)
+    assert m["zero_advantage_skipped"] == 0.0 and sorted(ran) == [0, 1, 2]
+
+
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature, threads):

@@ -38,7 +38,7 @@ from pettingllms.utils.models import load_causal_lm, resolve_device, torch_dtype
 log = logging.getLogger(__name__)
 
 _ROLE_KEYS = ("loss", "grad_norm", "num_samples")  # also reported per role under trainer.role_lr
-_SUMMED = ("num_samples", "num_tokens", "optimizer_steps", "update_s", "logprob_s")
+_SUMMED = ("num_samples", "num_tokens", "zero_advantage_skipped", "optimizer_steps", "update_s", "logprob_s")
 
 
 def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
@@ -243,8 +243,18 @@ class PolicyWorker:
     def _check_samples(self, samples: Sequence[Sample]) -> None:
         check_samples(self.spec, self.algo, samples)
 
-    def _old_logprobs(self, samples: list[Sample]) -> Optional[list[Tensor]]:
-        """Behaviour logprobs for the ratio; None means "this pass's own, detached".
+    def _contributing(self, samples: list[Sample]) -> list[bool]:
+        """Which samples can move the weights. With no KL and no entropy term a sample's whole
+        loss is -A * ratio, so one with advantage 0 (a zero-variance group, most often) adds
+        exactly nothing to the gradient: it is not run. The loss denominators still count it,
+        so the step is the same as over the whole batch (up to rounding order)."""
+        if float(self.algo.kl_coef) != 0.0 or float(self.algo.entropy_coef) != 0.0:
+            return [True] * len(samples)
+        return [float(s.advantage) != 0.0 for s in samples]
+
+    def _old_logprobs(self, samples: list[Sample], live: list[bool]) -> Optional[list[Optional[Tensor]]]:
+        """Behaviour logprobs for the ratio (for the samples that run; None for the others);
+        None means "this pass's own, detached".
 
         With one optimizer step per batch (ppo_epochs x mini_batches == 1) a separate no-grad
         pass would compute exactly what the training forward computes before its step, so
@@ -257,7 +267,8 @@ class PolicyWorker:
             raise ValueError(f"algorithm.old_logprobs must be engine or recompute, got '{mode}'")
         if self._passes() == 1:
             return None
-        return self._logprob_rows(samples)
+        rows = iter(self._logprob_rows([s for s, on in zip(samples, live) if on]))
+        return [next(rows) if on else None for on in live]
 
     def _passes(self) -> int:
         return max(1, int(self.algo.ppo_epochs)) * max(1, int(self.algo.mini_batches))
@@ -363,7 +374,8 @@ class PolicyWorker:
         """ppo_epochs x mini_batches optimizer steps on `samples` at the optimizer's current lr."""
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
-        old = self._old_logprobs(samples)
+        live = self._contributing(samples)
+        old = self._old_logprobs(samples, live)
         mismatch = [0.0, 0.0, 0]  # |trainer - engine| logprob: sum, max, tokens (first pass)
         ref = self._logprob_rows(samples, reference=True) if float(self.algo.kl_coef) > 0 else None
         metrics["logprob_s"] = time.perf_counter() - t0  # no-grad passes (old / reference), if any
@@ -376,7 +388,8 @@ class PolicyWorker:
         for mini in mini_batch_plan(n, self.algo, self.seed, step):
             self.optimizer.zero_grad(set_to_none=True)
             total = sum(len(samples[i].response_ids) for i in mini) if token_agg else len(mini)
-            for micro in self._micro_batches(mini, samples):
+            micros = self._micro_batches([i for i in mini if live[i]], samples)
+            for micro in micros:
                 part = sum(len(samples[i].response_ids) for i in micro) if token_agg else len(micro)
                 w = part / total
                 m = self.accumulate([samples[i] for i in micro],
@@ -385,6 +398,9 @@ class PolicyWorker:
                                     mismatch if len(grad_norms) < n_mini else None)
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + w * float(v)
+            if not micros:  # every advantage 0: the step still runs, on zero gradients (Adam's moments decay)
+                for p in self._params:
+                    p.grad = torch.zeros_like(p)
             clip = float(self.trainer.grad_clip)
             norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
             grad_norms.append(float(norm))
@@ -398,6 +414,7 @@ class PolicyWorker:
         metrics.update({
             "grad_norm": sum(grad_norms) / n_steps, "lr": float(self.optimizer.param_groups[0]["lr"]),
             "optimizer_steps": float(n_steps), "num_samples": float(n),
+            "zero_advantage_skipped": float(n - sum(live)),
             "num_tokens": float(sum(len(s.response_ids) for s in samples)),
             "update_s": time.perf_counter() - t0})
         return metrics
