@@ -123,9 +123,13 @@ def test_grid_observations_say_where_things_are():
     env = make_env("sudoku", max_turns=2)
     env.reset({"id": "u", "box_h": 2, "box_w": 2,
                "puzzle": json.dumps([[3, 2, 1, 0], [1, 4, 2, 3], [2, 3, 4, 1], [4, 1, 0, 2]])}, seed=0)
-    assert "Empty cells (row, col): (1, 4), (4, 3)." in env.observation("plan")[1]["content"]
+    text = env.observation("plan")[1]["content"]
+    assert "Empty cells (row, col): (1, 4), (4, 3)." in text
+    # the answer format's example points at an empty cell (never at a given), not at its value
+    assert "Actions: (1, 4, 1)\nputs 1 in row 1, column 4." in text
     env.step("plan", "Actions: (1, 4, 4)")
-    assert "Empty cells (row, col): (4, 3)." in env.observation("plan")[1]["content"]
+    text = env.observation("plan")[1]["content"]
+    assert "Empty cells (row, col): (4, 3)." in text and "Actions: (4, 3, 1)\n" in text
 
 
 def test_code_easy_test_split_mixes_the_templates():

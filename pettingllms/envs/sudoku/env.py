@@ -137,7 +137,12 @@ class SudokuEnv(GridTaskEnv):
                          else f"({a[1]}, {a[2]}, {a[3]})" for a in actions)
 
     def prompt_fields(self) -> dict[str, Any]:
-        return {"size": self.n, "box_h": self.box_h, "box_w": self.box_w}
+        # The answer format's example names a cell that is empty now (a fixed one was often a
+        # given, and a small model copies the example): where to write, never what.
+        grid = self.state["grid"] if self.state is not None else []
+        empty = [(r + 1, c + 1) for r, row in enumerate(grid) for c, v in enumerate(row) if not v]
+        ex_row, ex_col = empty[0] if empty else (1, 1)
+        return {"size": self.n, "box_h": self.box_h, "box_w": self.box_w, "ex_row": ex_row, "ex_col": ex_col}
 
 
 SudokuEnvMAS, SudokuEnvSingle = register_variants("sudoku", SudokuEnv)

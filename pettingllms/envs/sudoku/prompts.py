@@ -19,7 +19,7 @@ _MOVES = ("Moves are (row, col, value) triples, 1-based; value 0 empties a cell 
           "and penalised.")
 
 ACTION_FORMAT = ("Answer with one line: `Actions:` and a (row, col, value) triple for each empty cell you "
-                 "fill. For example\nActions: (2, 3, 1)\nputs 1 in row 2, column 3. Or answer `Actions:` "
+                 "fill. For example\nActions: ({ex_row}, {ex_col}, 1)\nputs 1 in row {ex_row}, column {ex_col}. Or answer `Actions:` "
                  "followed by the full grid. " + _MOVES)
 
 TOOL_FORMAT = ("Write a Python program in one ```python code block. It reads the state as JSON on "
