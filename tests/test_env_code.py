@@ -255,8 +255,9 @@ def test_verification_keeps_tests_the_reference_passes_and_a_no_op_fails():
 
 @pytest.mark.slow
 def test_doing_nothing_scores_zero_on_every_humaneval_problem():
-    """The whole HumanEval build (references and no-op checked in the sandbox), then
-    `x = 1` and `pass` scored by the env on all 164 problems (about 4,300 sandbox runs)."""
+    """The whole HumanEval build (references and no-op checked in the sandbox), then `pass`
+    scored by the env on all 164 problems. (A second no-op such as `x = 1` would run the same
+    program shape: the starter's docstring-only function, then one top-level statement.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     rows = humaneval_rows()
@@ -267,7 +268,7 @@ def test_doing_nothing_scores_zero_on_every_humaneval_problem():
     def score(row):
         env = make_env("code", test_wall_s=5.0)
         env.reset(row, seed=0)
-        return {code: env.hidden_ratio(code) for code in ("x = 1", "pass")}
+        return {"pass": env.hidden_ratio("pass")}
 
     with ThreadPoolExecutor(4) as pool:
         scores = list(pool.map(score, rows))
