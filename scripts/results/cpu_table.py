@@ -21,7 +21,9 @@ Held-out accuracy (avg@k, pass@k) is the trainer's validation on the test split 
 the same seed); untrained rows run pettingllms.evaluate on the same problems.
 
 Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; held-out on the
-first 48 test problems (all of math_easy's) with k=2, 16 problems per rollout call. That is 8
+first 48 test problems (all of math_easy's) with k=2, 16 problems per rollout call. The grid
+columns' prompts are about twice as long and one 48-problem evaluation took 17 min on one core, so
+they ran with --eval-limit 16 (each column's table says its N). That is 8
 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1 training step 36.5 s
 (gen 21.3, update 13.9), so about 5 min of training per run plus its held-out evaluation; the
 whole table is estimated at 2-2.5 hours on 2 cores (about 1.5x that on one).
@@ -224,14 +226,16 @@ def markdown(s: Settings, results: dict[tuple[str, str], list[dict]]) -> str:
     lines = [f"# CPU results table ({', '.join(models)})", "",
              f"Command: `bash scripts/results/cpu_table.sh{''.join(' ' + e for e in s.argv)}` "
              f"(seeds {','.join(map(str, s.seeds))}; {s.steps} steps x {s.batch} problems, K={s.k}, "
-             f"{s.tokens} new tokens/turn; held-out: first {s.eval_limit} test problems, k={s.eval_k}).",
+             f"{s.tokens} new tokens/turn; held-out k={s.eval_k} on the first N test problems, N per column).",
              f"Git commit(s): {', '.join(commits) or '-'}. Summed wall time of the runs: {wall / 60:.1f} min.",
              "", "Values: held-out avg@k / pass@k in %, mean ± sd over seeds (n).", ""]
     for column, (_, rows) in COLUMNS.items():
         present = [r for r in rows if (column, r.name) in results]
         if not present:
             continue
-        lines += [f"## {column}", "", "| row | avg@k | pass@k | n |", "| --- | --- | --- | --- |"]
+        sizes = sorted({x["problems"] for r in present for x in results[(column, r.name)]})
+        lines += [f"## {column}", "", f"Held-out: the first {'/'.join(map(str, sizes))} test problems.", "",
+                  "| row | avg@k | pass@k | n |", "| --- | --- | --- | --- |"]
         for r in present:
             recs = results[(column, r.name)]
             (am, asd), (pm, psd) = _stats([x["avg"] for x in recs]), _stats([x["pass_"] for x in recs])
