@@ -45,6 +45,12 @@ def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
     budgets = {tuple(o for o in ct.run_overrides(s, col, row, 0) if o.startswith(budget_keys))
                for col, row, _ in runs if row.mode == "train"}
     assert len(budgets) == 1  # every trained row: the same steps, problems, K, tokens, lr, eval
+    # by default each column evaluates its own first N test problems, the same N for all its rows
+    per_column = ct.plan(_settings(eval_limit=None), None)
+    limits = {(col, o) for col, row, _ in per_column
+              for o in ct.run_overrides(_settings(eval_limit=None), col, row, 0) if o.startswith("eval.limit=")}
+    assert limits == {("math_easy", "eval.limit=48"), ("plan_path_easy", "eval.limit=16"),
+                      ("sokoban_easy", "eval.limit=16")}
     flat = next(r for c, r, _ in runs if r.name == "mas_flat_grpo")
     assert {"rollout=flat", "algorithm=grpo"} <= set(flat.overrides)
     assert ct.plan(s, {"math_easy/mas"}) == [("math_easy", ct.MATH_ROWS[2], 0), ("math_easy", ct.MATH_ROWS[2], 1)]
@@ -86,3 +92,10 @@ def test_tiny_run_writes_skips_and_tabulates(tmp_path):
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done, skipped") == 4
     assert "pettingllms.train" not in again.stdout
+    # --rebuild only rewrites the table from what finished, whatever --only would plan
+    (tmp_path / "docs" / "cpu_table.md").unlink()
+    rebuilt = subprocess.run([*args[:2], "--rebuild", *args[4:]], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+    assert rebuilt.returncode == 0 and "skipped" not in rebuilt.stdout
+    body = lambda text: text[text.index("## math_easy"):]  # the header line names the command run
+    assert body((tmp_path / "docs" / "cpu_table.md").read_text()) == body(md)

@@ -20,10 +20,10 @@ Held-out accuracy (avg@k, pass@k) is the trainer's validation on the test split 
 --val-every steps (default: once, at the final step; the curve's step 0 is the untrained row of
 the same seed); untrained rows run pettingllms.evaluate on the same problems.
 
-Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; held-out on the
-first 48 test problems (all of math_easy's) with k=2, 16 problems per rollout call. The grid
-columns' prompts are about twice as long and one 48-problem evaluation took 17 min on one core, so
-they ran with --eval-limit 16 (each column's table says its N). That is 8
+Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; held-out with k=2,
+16 problems per rollout call, on the first 48 test problems of math_easy (all of them) and the
+first 16 of each grid env (EVAL_LIMITS: their prompts are about twice as long; each column's table
+names its N). That is 8
 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1 training step 36.5 s
 (gen 21.3, update 13.9), so about 5 min of training per run plus its held-out evaluation; the
 whole table is estimated at 2-2.5 hours on 2 cores (about 1.5x that on one).
@@ -82,6 +82,9 @@ COLUMNS: dict[str, tuple[tuple[str, ...], tuple[Row, ...]]] = {
     "plan_path_easy": (("env=plan_path", "env.data=plan_path_easy"), GRID_ROWS),
     "sokoban_easy": (("env=sokoban", "env.data=sokoban_easy"), GRID_ROWS),
 }
+# held-out problems per column (--eval-limit overrides all): the grid prompts are about twice as
+# long, and one 48-problem evaluation there took 17 min on one core
+EVAL_LIMITS = {MATH: 48, "plan_path_easy": 16, "sokoban_easy": 16}
 # (better, worse, claim): the paper's orderings, checked per column where both rows exist
 CLAIMS = (
     ("mas", "single", "MAS > single agent (untrained)"),
@@ -101,7 +104,7 @@ class Settings:
     batch: int
     k: int
     tokens: int
-    eval_limit: int
+    eval_limit: int | None  # None: EVAL_LIMITS per column
     eval_k: int
     val_every: int
     work: Path
@@ -115,7 +118,7 @@ def run_overrides(s: Settings, column: str, row: Row, seed: int) -> list[str]:
     common = [*env_over, *row.overrides, f"seed={seed}", f"experiment=cpu_{column}_{row.name}",
               "env.max_turns=2", f"rollout.batch_size={s.batch}", f"rollout.k={s.k}",
               f"rollout.sampling.max_new_tokens={s.tokens}", "rollout.max_prompt_tokens=768",
-              f"eval.k={s.eval_k}", f"eval.limit={s.eval_limit}",
+              f"eval.k={s.eval_k}", f"eval.limit={eval_limit(s, column)}",
               "eval.batch_problems=16"]
     if row.mode == "train":
         common += [f"trainer.total_steps={s.steps}", f"trainer.val_freq={s.val_every}",
@@ -127,6 +130,10 @@ def run_overrides(s: Settings, column: str, row: Row, seed: int) -> list[str]:
         common += [f"eval.output={result_path(s, column, row, seed).with_suffix('.eval.json')}",
                    f"trainer.output_dir={s.work / 'runs'}"]
     return common + s.extra
+
+
+def eval_limit(s: Settings, column: str) -> int:
+    return s.eval_limit or EVAL_LIMITS[column]
 
 
 def result_path(s: Settings, column: str, row: Row, seed: int) -> Path:
@@ -183,7 +190,7 @@ def collect(s: Settings, column: str, row: Row, seed: int, cmd: list[str], wall_
     if not avg:
         raise RuntimeError(f"{run_dir}: no validation metrics; trainer.val_freq must divide the steps")
     rec["val_curve"] = [[st, v] for st, v in avg]
-    rec.update(avg=avg[-1][1], pass_=pas[-1][1], k=s.eval_k, problems=s.eval_limit,
+    rec.update(avg=avg[-1][1], pass_=pas[-1][1], k=s.eval_k, problems=eval_limit(s, column),
                env=next(key for _, key, _ in val).split("/")[1])
     return rec
 
@@ -321,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="problems per training step")
     ap.add_argument("--k", type=int, default=4, help="candidates per (problem, turn, agent) / episodes")
     ap.add_argument("--tokens", type=int, default=96, help="new tokens per turn")
-    ap.add_argument("--eval-limit", type=int, default=48, help="held-out problems (the first N of test)")
+    ap.add_argument("--eval-limit", type=int, default=None,
+                    help="held-out problems, the first N of test (default: 48 on math_easy, 16 on the grid envs)")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild the table from the finished runs, run nothing")
     ap.add_argument("--eval-k", type=int, default=2)
     ap.add_argument("--val-every", type=int, default=None,
                     help="held-out eval every N steps (divides --steps; default: only at the last step)")
@@ -337,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(seeds=[int(x) for x in args.seeds.split(",") if x.strip()], steps=args.steps, batch=args.batch,
                  k=args.k, tokens=args.tokens, eval_limit=args.eval_limit, eval_k=args.eval_k,
                  val_every=args.val_every, work=Path(args.work), out_dir=Path(args.out_dir), extra=extra,
-                 argv=list(sys.argv[1:] if argv is None else argv))
+                 argv=[a for a in (sys.argv[1:] if argv is None else argv) if a != "--rebuild"])
     only = {x.strip() for x in args.only.split(",") if x.strip()} or None
-    runs = plan(s, only)
+    runs = [] if args.rebuild else plan(s, only)
     if args.dry_run:
         from pettingllms.cli.config_loading import load_config, to_yaml
         for column, row, seed in runs:
