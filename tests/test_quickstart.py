@@ -36,8 +36,8 @@ def test_quickstart_one_step_on_the_embedded_model(tmp_path):
     assert m["samples/count"] > 0 and m["tokens/response"] > 0 and m["timing/generate_s"] > 0
     assert "step 1/1 | reward" in r.stdout  # the one-line console summary
     # the quick start validates before and after training and says both at the end
-    assert "held-out math (untrained vs step 1): avg@1 " in r.stdout and " before -> " in r.stdout
-    assert (run / "val_before.json").is_file() and "val/math/avg@1" in m
+    assert "held-out math (untrained vs step 1): avg@2 " in r.stdout and " before -> " in r.stdout
+    assert (run / "val_before.json").is_file() and "val/math/avg@2" in m
     episodes = read_episodes(run / "trajectories" / "step_1.jsonl")
     assert {e.env for e in episodes} == {"math"}
     assert {s.agent for e in episodes for s in e.samples} >= {"tool", "reasoner"}
