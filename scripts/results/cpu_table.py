@@ -23,8 +23,7 @@ the same seed); untrained rows run pettingllms.evaluate on the same problems.
 Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; held-out with k=2,
 16 problems per rollout call, on the first 48 test problems of math_easy (all of them) and the
 first 16 of each grid env (EVAL_LIMITS: their prompts are about twice as long; each column's table
-names its N). That is 8
-evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1 training step 36.5 s
+names its N). That is 8 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1 training step 36.5 s
 (gen 21.3, update 13.9), so about 5 min of training per run plus its held-out evaluation; the
 whole table is estimated at 2-2.5 hours on 2 cores (about 1.5x that on one).
 A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an interrupted training resumes from its last checkpoint). After each run the
