@@ -116,11 +116,19 @@ def test_zero_advantage_samples_are_not_run_and_the_update_is_unchanged():
         mixed = make_samples("tool", [0.0, 1.5, 0.0, -1.0, 0.0, 0.5], seed=3)
         zeros = make_samples("tool", [0.0, 0.0, 0.0, 0.0], seed=5)
         (g_fast, ran_fast), (g_full, ran_full) = _recording(fast), _recording(full)
-        m_fast = [fast.update(mixed, 0), fast.update(zeros, 1)]
+        m_fast = [fast.update(mixed, 0)]
+        diffs = [abs(a - b) for s, row in zip(zeros, fast.logprobs(zeros)) for a, b in zip(row, s.logprobs)]
+        m_fast.append(fast.update(zeros, 1))
         m_full = [full.update(mixed, 0), full.update(zeros, 1)]
     assert sorted(ran_fast) == [1, 3, 5] and sorted(ran_full) == sorted([0, 1, 2, 3, 4, 5] + [0, 1, 2, 3])
     assert [m["zero_advantage_skipped"] for m in m_fast] == [3.0, 4.0]
     assert [m["zero_advantage_skipped"] for m in m_full] == [0.0, 0.0]
+    for a, b in zip(m_fast, m_full):  # the batch loss is the same
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-12)
+    # nothing ran at step 1, yet the engine-vs-trainer check measured every token (a no-grad pass;
+    # the check itself runs in float32, as in the training forward: rel 1e-6)
+    assert m_fast[1]["old_logprob_mismatch_mean"] == pytest.approx(sum(diffs) / len(diffs), rel=1e-6)
+    assert m_fast[1]["old_logprob_mismatch_max"] == pytest.approx(max(diffs), rel=1e-6)
     assert len(g_fast) == len(g_full) == 4  # 2 mini-batches a step; the all-zero step still steps
     terms = _grad_terms(fast.model, sum(len(s.response_ids) for s in mixed))
     for a, b in zip(g_fast, g_full):
@@ -131,6 +139,13 @@ def test_zero_advantage_samples_are_not_run_and_the_update_is_unchanged():
     w_fast, w_full = fast.trainable_state(), full.trainable_state()
     for n in w_full:  # Adam's moments moved the weights on the zero-gradient step the same way
         assert_close_by_size(w_fast[n], w_full[n], terms)
+
+
+def test_loss_metrics_of_a_partly_skipped_batch_are_means_over_what_ran():
+    worker = _shared(make_cfg())  # one optimizer step: on-policy, every ratio is 1
+    m = worker.update(make_samples("tool", [0.0, 1.0, 0.0, -1.0], seed=6), step=0)
+    assert m["zero_advantage_skipped"] == 2.0
+    assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-6) and m["clipfrac"] == 0.0
 
 
 def test_kl_or_entropy_terms_run_zero_advantage_samples_too():

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 _ROLE_KEYS = ("loss", "grad_norm", "num_samples")  # also reported per role under trainer.role_lr
 _SUMMED = ("num_samples", "num_tokens", "zero_advantage_skipped", "optimizer_steps", "update_s", "logprob_s")
+# Loss terms that are exact over the whole batch even when zero-advantage samples are not run
+# (theirs is 0); the other loss metrics are means over the tokens that ran.
+_BATCH_LOSSES = ("loss", "pg_loss")
 
 
 def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
@@ -270,6 +273,15 @@ class PolicyWorker:
         rows = iter(self._logprob_rows([s for s, on in zip(samples, live) if on]))
         return [next(rows) if on else None for on in live]
 
+    def _no_grad_mismatch(self, samples: list[Sample], mismatch: list[float]) -> None:
+        """|trainer - engine| logprob (sum, max, tokens into `mismatch`) from a no-grad pass."""
+        known = [s for s in samples if len(s.logprobs) == len(s.response_ids)]
+        for s, row in zip(known, self._logprob_rows(known)):
+            diff = (row.float() - torch.tensor(s.logprobs, dtype=torch.float32)).abs()
+            mismatch[0] += float(diff.sum())
+            mismatch[1] = max(mismatch[1], float(diff.max()))
+            mismatch[2] += int(diff.numel())
+
     def _passes(self) -> int:
         return max(1, int(self.algo.ppo_epochs)) * max(1, int(self.algo.mini_batches))
 
@@ -377,6 +389,8 @@ class PolicyWorker:
         live = self._contributing(samples)
         old = self._old_logprobs(samples, live)
         mismatch = [0.0, 0.0, 0]  # |trainer - engine| logprob: sum, max, tokens (first pass)
+        if not any(live):  # nothing will run: the engine-vs-trainer check gets a no-grad pass of its own
+            self._no_grad_mismatch(samples, mismatch)
         ref = self._logprob_rows(samples, reference=True) if float(self.algo.kl_coef) > 0 else None
         metrics["logprob_s"] = time.perf_counter() - t0  # no-grad passes (old / reference), if any
         self._activate(train=True)
@@ -384,6 +398,7 @@ class PolicyWorker:
         n_mini = max(1, min(int(self.algo.mini_batches), n))
         token_agg = str(self.algo.loss_agg) == "token-mean"
         sums: dict[str, float] = {}
+        ran: dict[str, float] = {}  # per metric, the share of the mini-batches' tokens (or sequences) that ran
         grad_norms = []
         for mini in mini_batch_plan(n, self.algo, self.seed, step):
             self.optimizer.zero_grad(set_to_none=True)
@@ -398,6 +413,7 @@ class PolicyWorker:
                                     mismatch if len(grad_norms) < n_mini else None)
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + w * float(v)
+                    ran[k] = ran.get(k, 0.0) + w
             if not micros:  # every advantage 0: the step still runs, on zero gradients (Adam's moments decay)
                 for p in self._params:
                     p.grad = torch.zeros_like(p)
@@ -407,7 +423,9 @@ class PolicyWorker:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         n_steps = len(grad_norms)
-        metrics.update({k: v / n_steps for k, v in sums.items()})
+        metrics.update({k: v / (n_steps if k in _BATCH_LOSSES else ran[k]) for k, v in sums.items()})
+        for k in _BATCH_LOSSES:
+            metrics.setdefault(k, 0.0)
         if mismatch[2]:
             metrics["old_logprob_mismatch_mean"] = mismatch[0] / mismatch[2]
             metrics["old_logprob_mismatch_max"] = mismatch[1]
