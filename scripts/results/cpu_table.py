@@ -247,7 +247,7 @@ def markdown(s: Settings, results: dict[tuple[str, str], list[dict]]) -> str:
             (am, asd), (pm, psd) = _stats([x["avg"] for x in recs]), _stats([x["pass_"] for x in recs])
             lines.append(f"| {r.title} | {100 * am:.1f} ± {100 * asd:.1f} | {100 * pm:.1f} ± {100 * psd:.1f} "
                          f"| {len(recs)} |")
-        lines += ["", "| claim | difference (avg@k, points) | verdict |", "| --- | --- | --- |"]
+        claims = []
         for better, worse, claim in CLAIMS:
             a, b = results.get((column, better)), results.get((column, worse))
             if not a or not b:
@@ -257,7 +257,9 @@ def markdown(s: Settings, results: dict[tuple[str, str], list[dict]]) -> str:
             noise = 2 * math.hypot(_se(xa, a[0]["problems"]), _se(xb, b[0]["problems"]))
             verdict = ("inside the noise" if abs(diff) <= noise else
                        "supports" if diff > 0 else "contradicts")
-            lines.append(f"| {claim} | {100 * diff:+.1f} (noise ±{100 * noise:.1f}) | {verdict} |")
+            claims.append(f"| {claim} | {100 * diff:+.1f} (noise ±{100 * noise:.1f}) | {verdict} |")
+        if claims:  # a column with one row finished has nothing to compare yet
+            lines += ["", "| claim | difference (avg@k, points) | verdict |", "| --- | --- | --- |", *claims]
         lines.append("")
     lines += ["Noise: a difference counts only beyond 2 standard errors of the difference; a row's "
               "standard error is max(sd over seeds, binomial sd of one evaluation) / sqrt(seeds).", ""]
