@@ -23,9 +23,11 @@ the same seed); untrained rows run pettingllms.evaluate on the same problems.
 Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; held-out with k=2,
 16 problems per rollout call, on the first 48 test problems of math_easy (all of them) and the
 first 16 of each grid env (EVAL_LIMITS: their prompts are about twice as long; each column's table
-names its N). That is 8 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1 training step 36.5 s
-(gen 21.3, update 13.9), so about 5 min of training per run plus its held-out evaluation; the
-whole table is estimated at 2-2.5 hours on 2 cores (about 1.5x that on one).
+names its N). That is 8 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1
+training step 36.5 s (gen 21.3, update 13.9). Measured as run (one thread per run, two to four
+runs sharing 2 cores): math trainings 13-29 min each, grid trainings 27-40 min, evaluations 1-9
+min; the whole table summed to over 5 hours of run wall time, so run it in two or three
+processes with disjoint --only sets (each run is one process; they never share a run).
 A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an interrupted training resumes from its last checkpoint). After each run the
 table is rebuilt: OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are
 outside the noise), cpu_table.png (reward and held-out curves with seed bands), cpu_table.json.
