@@ -50,8 +50,15 @@ def test_one_ray_worker_equals_local_metric_for_metric(tmp_path, ray_session):
     local, _ = _run(trainer_cfg(tmp_path / "local", "trainer.run_name=a"))
     remote, _ = _run(trainer_cfg(tmp_path / "ray", "trainer.run_name=a", *RAY, "ray.num_rollout_workers=1"))
     assert len(local) == len(remote) == 2
+    # The engine's sampler logprobs come from another process with its own torch thread count, so
+    # their fp32 sums round apart (seen here: up to 2e-6, at values of ~0.05); every sample, reward, advantage
+    # and update metric must still be equal. 1e-4 is far below a wrong-weights gap (~1e-2).
+    gap = ("old_logprob_mismatch_mean", "old_logprob_mismatch_max")
     for a, b in zip(local, remote):
-        assert _comparable(a) == _comparable(b)
+        ca, cb = _comparable(a), _comparable(b)
+        for k in [k for k in ca if k.endswith(gap)]:
+            assert ca.pop(k) == pytest.approx(cb.pop(k), abs=1e-4), k
+        assert ca == cb
         assert b["timing/generate_s"] > 0 and b["tokens/generated_per_s"] > 0
 
 

@@ -276,6 +276,8 @@ class PolicyWorker:
     def _no_grad_mismatch(self, samples: list[Sample], mismatch: list[float]) -> None:
         """|trainer - engine| logprob (sum, max, tokens into `mismatch`) from a no-grad pass."""
         known = [s for s in samples if len(s.logprobs) == len(s.response_ids)]
+        # the training micro-batches' order, so the result does not depend on the samples' order
+        known = [known[i] for mb in self._micro_batches(list(range(len(known))), known) for i in mb]
         for s, row in zip(known, self._logprob_rows(known)):
             diff = (row.float() - torch.tensor(s.logprobs, dtype=torch.float32)).abs()
             mismatch[0] += float(diff.sum())
