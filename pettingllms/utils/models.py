@@ -149,6 +149,9 @@ def _build_tokenizer(out: Path) -> None:
     # SmolLM2 would stop on <|im_start|>; set both from the file's metadata instead.
     for name, token_id in _gguf_special_tokens(os.path.join(folder, filename)).items():
         setattr(tok, f"{name}_token", tok.convert_ids_to_tokens(token_id))
+    # The same converter asks for WordPiece-style space clean-up, which a BPE tokenizer ignores
+    # with a warning on every load; off is what decoding does anyway.
+    tok.clean_up_tokenization_spaces = False
     tok.save_pretrained(out)
 
 
