@@ -290,3 +290,44 @@ def test_limits_hold_without_util_linux_prlimit(backend, monkeypatch):
     assert r.error == "memory"
     r = run_python("while True:\n    pass", "", SandboxLimits(wall_s=5.0, cpu_s=1.0))
     assert r.timed_out and r.error == "cpu_time" and r.wall_s < 4.0
+
+
+@pytest.mark.parametrize("with_setpriv", [True, False])
+def test_program_runs_as_a_leased_uid_with_no_groups(monkeypatch, with_setpriv):
+    """As root, the program's real and effective uid/gid are a leased sandbox uid and it holds no
+    supplementary groups, whether setpriv switches (no fork of this process) or Popen does."""
+    if os.geteuid() != 0:
+        pytest.skip("uid separation needs root")
+    monkeypatch.setenv("PETTINGLLMS_SANDBOX", "subprocess")
+    isolation.reset_backend()
+    try:
+        backend = sandbox_backend()
+        assert backend.separate_uid
+        if not with_setpriv:
+            monkeypatch.setattr(backend, "setpriv", None)
+        elif backend.setpriv is None:
+            pytest.skip("util-linux setpriv is not installed")
+        r = run_python("import os\nprint(os.getresuid(), os.getresgid(), os.getgroups())", "", FAST)
+        assert r.ok, r
+        uid = int(r.stdout.split(",")[0].strip("( "))  # the real uid
+        assert isolation.UID_BASE <= uid < isolation.UID_BASE + isolation.UID_COUNT
+        assert r.stdout.strip() == f"({uid}, {uid}, {uid}) ({uid}, {uid}, {uid}) []"
+    finally:
+        isolation.reset_backend()
+
+
+def test_launch_switches_uid_in_the_exec_chain_when_setpriv_is_there():
+    """With setpriv, Popen gets no user=/group=/preexec_fn (CPython then vforks instead of
+    copying a large caller), and the limits are applied after the uid switch, as before."""
+    class Lease:
+        uid = isolation.UID_BASE + 3
+
+    backend = isolation.Backend("subprocess", "/usr/bin/python3", True, prlimit="/p/prlimit",
+                                setpriv="/p/setpriv")
+    cmd, kwargs = isolation.launch(backend, Lease(), FAST, ["prog"])
+    assert kwargs == {}
+    assert cmd[:5] == ["/p/setpriv", f"--reuid={Lease.uid}", f"--regid={Lease.uid}", "--clear-groups", "--"]
+    assert cmd[5] == "/p/prlimit" and cmd[-1] == "prog"
+    backend.setpriv = None
+    cmd, kwargs = isolation.launch(backend, Lease(), FAST, ["prog"])
+    assert kwargs == {"user": Lease.uid, "group": Lease.uid, "extra_groups": []} and cmd[0] == "/p/prlimit"

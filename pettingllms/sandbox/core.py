@@ -214,10 +214,8 @@ def run_with(backend: isolation.Backend, code: str, stdin: str = "",
             f.write(code_bytes)
         os.chmod(prog, 0o644)
         os.mkdir(work, 0o700)
-        kwargs: dict = {}
         if lease is not None:
             os.chown(work, lease.uid, lease.uid)
-            kwargs.update(user=lease.uid, group=lease.uid, extra_groups=[])
         if backend.kind == "bwrap":
             cmd, cwd = isolation.bwrap_command(backend, prog, limits), tmp
             env = {"PATH": isolation.MIN_PATH}
@@ -232,10 +230,7 @@ def run_with(backend: isolation.Backend, code: str, stdin: str = "",
                 cmd = ["timeout", "-s", "KILL", f"{int(limits.wall_s) + 2}s"] + cmd
             env = {"PATH": isolation.MIN_PATH, "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work,
                    "PYTHONIOENCODING": "utf-8"}
-        if backend.prlimit:
-            cmd = isolation.rlimit_args(backend.prlimit, limits) + cmd
-        else:
-            kwargs["preexec_fn"] = lambda: isolation.set_rlimits(limits)
+        cmd, kwargs = isolation.launch(backend, lease, limits, cmd)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=cwd, env=env, close_fds=True,
                                 start_new_session=True, **kwargs)

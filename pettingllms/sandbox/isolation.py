@@ -48,6 +48,7 @@ class Backend:
     separate_uid: bool  # programs run under a leased unprivileged uid
     weaker: list[str] = field(default_factory=list)  # what is weaker than the full sandbox
     prlimit: str | None = None  # path of util-linux prlimit, used to set rlimits without preexec_fn
+    setpriv: str | None = None  # path of util-linux setpriv, used to switch to the leased uid
     confinement: str = ""  # subprocess backend: e.g. "Landlock ABI 7 + seccomp"; "" = none
     why_weak: str = ""  # subprocess backend: why neither bwrap nor confinement is in use
 
@@ -175,6 +176,26 @@ def set_rlimits(limits) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
 
+def launch(backend: Backend, lease: "UidLease | None", limits, cmd: list[str]
+           ) -> tuple[list[str], dict]:
+    """The command line and Popen keyword arguments that run `cmd` under the lease's uid and
+    the limits. setpriv and prlimit do both in the child's exec chain; Popen's own user= /
+    preexec_fn make CPython fork() the caller instead of vfork(), which copies its page tables
+    and costs several times the program's run when the caller holds a model (GBs resident)."""
+    kwargs: dict = {}
+    if backend.prlimit:
+        cmd = rlimit_args(backend.prlimit, limits) + cmd
+    else:
+        kwargs["preexec_fn"] = lambda: set_rlimits(limits)
+    if lease is not None:  # outermost: the limits are set by the unprivileged uid, as before
+        if backend.setpriv:
+            cmd = [backend.setpriv, f"--reuid={lease.uid}", f"--regid={lease.uid}",
+                   "--clear-groups", "--"] + cmd
+        else:
+            kwargs.update(user=lease.uid, group=lease.uid, extra_groups=[])
+    return cmd, kwargs
+
+
 def bwrap_command(backend: Backend, host_prog: str, limits) -> list[str]:
     tmpfs_bytes = max(4, int(limits.file_size_mb) * 4) * 1024 * 1024
     cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
@@ -200,26 +221,22 @@ def bwrap_command(backend: Backend, host_prog: str, limits) -> list[str]:
     return cmd + [backend.python, "-I", PROGRAM_PATH]
 
 
-def _probe_bwrap(python: str, prlimit: str | None, separate_uid: bool) -> str | None:
+def _probe_bwrap(python: str, prlimit: str | None, separate_uid: bool,
+                 setpriv: str | None = None) -> str | None:
     """Run a tiny program through the real bwrap command line; None if it works."""
     import tempfile
 
     from pettingllms.sandbox.core import SandboxLimits
-    probe = Backend("bwrap", python, separate_uid, prlimit=prlimit)
+    probe = Backend("bwrap", python, separate_uid, prlimit=prlimit, setpriv=setpriv)
     lease = UidLease() if separate_uid else None
     tmp = tempfile.mkdtemp(prefix="pllm-probe-")
     try:
         prog = os.path.join(tmp, "main.py")
         with open(prog, "w") as f:
             f.write("import os, socket\nprint(os.getcwd(), len(socket.if_nameindex()))\n")
-        kwargs = {}
         os.chmod(tmp, 0o711)
         os.chmod(prog, 0o644)
-        if lease is not None:
-            kwargs = dict(user=lease.uid, group=lease.uid, extra_groups=[])
-        cmd = bwrap_command(probe, prog, SandboxLimits())
-        if prlimit:
-            cmd = rlimit_args(prlimit, SandboxLimits()) + cmd
+        cmd, kwargs = launch(probe, lease, SandboxLimits(), bwrap_command(probe, prog, SandboxLimits()))
         r = subprocess.run(cmd, capture_output=True, timeout=20, env={"PATH": MIN_PATH},
                            start_new_session=True, **kwargs)
         want = f"{SANDBOX_DIR} 1"  # cwd is the tmpfs and loopback is the only interface
@@ -260,8 +277,8 @@ print(' and '.join(out) or 'contained')
 """
 
 
-def probe_confinement(python: str, prlimit: str | None, separate_uid: bool
-                      ) -> tuple[str, str | None]:
+def probe_confinement(python: str, prlimit: str | None, separate_uid: bool,
+                      setpriv: str | None = None) -> tuple[str, str | None]:
     """(description, None) when Landlock + seccomp contain a test program here, else
     ("", why not). Tests replace this function to simulate a kernel without them."""
     from pettingllms.sandbox import confine
@@ -274,7 +291,8 @@ def probe_confinement(python: str, prlimit: str | None, separate_uid: bool
     if why:
         return "", f"seccomp: {why}"
     desc = f"Landlock ABI {abi} + seccomp"
-    trial = Backend("subprocess", python, separate_uid, prlimit=prlimit, confinement=desc)
+    trial = Backend("subprocess", python, separate_uid, prlimit=prlimit, setpriv=setpriv,
+                    confinement=desc)
     import tempfile
     outside = tempfile.mkdtemp(prefix="pllm-probe-")
     try:
@@ -366,15 +384,16 @@ def detect_backend() -> Backend:
         python = _sandbox_python()
         prlimit = shutil.which("prlimit")
         is_root = os.geteuid() == 0
+        setpriv = shutil.which("setpriv") if is_root else None
         forced = os.environ.get("PETTINGLLMS_SANDBOX", "").strip().lower()
         why_not_bwrap = "forced by PETTINGLLMS_SANDBOX=subprocess"
         if forced != "subprocess":
             if shutil.which("bwrap") is None:
                 why_not_bwrap = "bwrap not installed"
             else:
-                why_not_bwrap = _probe_bwrap(python, prlimit, separate_uid=is_root)
+                why_not_bwrap = _probe_bwrap(python, prlimit, separate_uid=is_root, setpriv=setpriv)
                 if why_not_bwrap is None:
-                    _backend = Backend("bwrap", python, is_root, prlimit=prlimit)
+                    _backend = Backend("bwrap", python, is_root, prlimit=prlimit, setpriv=setpriv)
                 elif is_root:
                     # bwrap may fail when started as an unprivileged uid yet work as root;
                     # then process limits are not enforced (the namespace maps to root).
@@ -384,11 +403,12 @@ def detect_backend() -> Backend:
                             "process limit not enforced (bwrap only works as root here)"])
         if _backend is None:
             from pettingllms.sandbox.confine import landlock_abi
-            confinement, why_not = probe_confinement(python, prlimit, is_root)
+            confinement, why_not = probe_confinement(python, prlimit, is_root, setpriv)
             weaker = _weaker(is_root, confinement, landlock_abi() if confinement else 0)
             why_weak = "" if confinement else f"no bubblewrap ({why_not_bwrap}) and no " \
                 f"Landlock/seccomp ({why_not})"
-            _backend = Backend("subprocess", python, is_root, prlimit=prlimit, weaker=weaker,
+            _backend = Backend("subprocess", python, is_root, prlimit=prlimit, setpriv=setpriv,
+                               weaker=weaker,
                                confinement=confinement, why_weak=why_weak)
             if confinement:
                 log.warning("pettingllms sandbox: bubblewrap unavailable (%s); using the "
