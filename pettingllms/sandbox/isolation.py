@@ -408,8 +408,7 @@ def detect_backend() -> Backend:
             why_weak = "" if confinement else f"no bubblewrap ({why_not_bwrap}) and no " \
                 f"Landlock/seccomp ({why_not})"
             _backend = Backend("subprocess", python, is_root, prlimit=prlimit, setpriv=setpriv,
-                               weaker=weaker,
-                               confinement=confinement, why_weak=why_weak)
+                               weaker=weaker, confinement=confinement, why_weak=why_weak)
             if confinement:
                 log.warning("pettingllms sandbox: bubblewrap unavailable (%s); using the "
                             "subprocess backend confined by %s, weaker than bwrap in: %s",
