@@ -290,58 +290,82 @@ class HFEngine(RolloutEngine):
         temps = torch.tensor([r.temperature for r in rows], device=dev)
         greedy = temps == 0
         scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
-        top_k = [r.top_k if r.temperature > 0 and 0 < r.top_k < vocab else vocab for r in rows]
-        top_p = [r.top_p if r.temperature > 0 and r.top_p < 1 else 2.0 for r in rows]  # 2.0: off
-        if min(top_k) < vocab or min(top_p) < 1:
-            scaled = _truncate(scaled, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
+        top_k = torch.tensor([r.top_k if r.temperature > 0 and 0 < r.top_k < vocab else vocab for r in rows], device=dev)
+        top_p = torch.tensor([r.top_p if r.temperature > 0 and r.top_p < 1 else 2.0 for r in rows], device=dev)  # 2.0: off
+        cut = (top_k < vocab) | (top_p <= 1)  # rows drawn from a truncated distribution
+        if bool(cut.all()):  # the common case: every row from its few candidate tokens
+            return _draw_truncated(scaled, top_k, top_p, uniforms)
         logp = torch.log_softmax(scaled, dim=-1)
-        any_greedy = bool(greedy.any())
-        if any_greedy:
-            tokens = logits.argmax(-1)
-        if not bool(greedy.all()):
-            cdf = logp.exp().cumsum(-1)  # inverse-CDF draw with the row's own uniform
-            drawn = torch.searchsorted(cdf, (uniforms[:, None] * cdf[:, -1:]).contiguous(), right=True)
-            drawn = drawn.squeeze(1).clamp(max=vocab - 1)
-            tokens = torch.where(greedy, tokens, drawn) if any_greedy else drawn
-        chosen = logp.gather(1, tokens[:, None]).squeeze(1)
-        bad = ~torch.isfinite(chosen)  # float rounding at the very top of the CDF: take the mode
-        if bool(bad.any()):
-            tokens = torch.where(bad, logp.argmax(-1), tokens)
-            chosen = logp.gather(1, tokens[:, None]).squeeze(1)
+        tokens = logits.argmax(-1)  # greedy rows
+        sampled = ~greedy & ~cut
+        if bool(sampled.any()):
+            tokens = torch.where(sampled, _draw(logp, uniforms), tokens)
+        chosen = _checked(logp, tokens)
+        tokens, chosen = tokens.clone(), chosen.clone()
+        if bool(cut.any()):
+            at = cut.nonzero().squeeze(1)
+            tokens[at], chosen[at] = _draw_truncated(scaled[at], top_k[at], top_p[at], uniforms[at])
         return tokens, chosen
 
 
-_NUCLEUS_CANDIDATES = 1024  # top-p first looks among this many tokens; a full sort only if short
+def _draw(logp: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Column index drawn by inverse CDF, each row with its own uniform (columns in their order)."""
+    cdf = logp.exp().cumsum(-1)
+    drawn = torch.searchsorted(cdf, (uniforms[:, None] * cdf[:, -1:]).contiguous(), right=True)
+    return drawn.squeeze(1).clamp(max=logp.shape[-1] - 1)
 
 
-def _truncate(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Mask logits outside each row's top-k, then outside its top-p nucleus (of the top-k renormalised).
+def _checked(logp: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """logp at `index`; where float rounding at the very top of the CDF drew an excluded column
+    (log-prob -inf), the row's mode instead (`index` is updated in place)."""
+    chosen = logp.gather(1, index[:, None]).squeeze(1)
+    bad = ~torch.isfinite(chosen)
+    if bool(bad.any()):
+        index.copy_(torch.where(bad, logp.argmax(-1), index))
+        chosen = logp.gather(1, index[:, None]).squeeze(1)
+    return chosen
 
-    top_k == vocab and top_p > 1 mean "off" for a row. Works on the few largest logits (topk)
-    instead of sorting the whole vocabulary, unless some row's nucleus reaches past them.
+
+def _draw_truncated(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                    uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw from each row's top-k / top-p set over its candidate tokens only. The candidates are
+    in vocabulary order, so the CDF is the full vocabulary's with the zeros left out: the same
+    token for the same uniform as a full-vocabulary draw."""
+    values, ids = _candidates(scaled, top_k, top_p)
+    logp = torch.log_softmax(values, dim=-1)
+    index = _draw(logp, uniforms)
+    chosen = _checked(logp, index)
+    return ids.gather(1, index[:, None]).squeeze(1), chosen
+
+
+_NUCLEUS_LADDER = (64, 1024)  # top-p looks among this many largest logits in turn; a full sort only if short
+
+
+def _candidates(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's top-k set, then the top-p nucleus of the top-k distribution (renormalised), as
+    (logits with -inf outside the set, token ids), both [B, C] with columns in vocabulary order.
+
+    top_k == vocab and top_p > 1 mean "off"; every row has one of them on. Looks among the 64
+    largest logits, then 1024 (torch's topk costs ~linearly in k here), then sorts the whole
+    vocabulary, until every row's set is inside the candidates.
     """
     vocab = scaled.shape[-1]
-    k_max = int(top_k.max())
-    count = k_max if k_max < vocab else min(vocab, _NUCLEUS_CANDIDATES)
-    if k_max < vocab and bool(((top_k > count) & (top_k < vocab)).any()):
-        count = vocab
-    while True:
+    need = int(torch.where(top_k < vocab, top_k, torch.zeros_like(top_k)).max())  # a top-k row needs its k
+    for count in [c for c in _NUCLEUS_LADDER if need <= c < vocab] + [vocab]:
         values, order = scaled.topk(count, dim=-1)  # sorted, largest first
         ranks = torch.arange(count, device=scaled.device)
-        in_k = ranks[None, :] < top_k[:, None]
-        values = values.masked_fill(~in_k, float("-inf"))
+        values = values.masked_fill(ranks[None, :] >= top_k[:, None], float("-inf"))
         # Normaliser of the top-k distribution: over the candidates if they hold all k tokens.
-        whole = (top_k > count)[:, None]
+        whole = (top_k > count)[:, None]  # top-k off: the whole vocabulary's
         norm = values.logsumexp(-1, keepdim=True)
         if bool(whole.any()):
             norm = torch.where(whole, scaled.logsumexp(-1, keepdim=True), norm)
         probs = (values - norm).exp()
         mass = probs.cumsum(-1)
-        if count == vocab or not bool(((top_p <= 1) & (top_k > count) & (mass[:, -1] < top_p)).any()):
-            break
-        count = vocab  # some nucleus is wider than the candidates: take the full sort
+        if count == vocab or not bool((whole.squeeze(1) & (mass[:, -1] < top_p)).any()):
+            break  # else some nucleus is wider than the candidates
     outside = (mass - probs) >= top_p[:, None]  # mass of the strictly more likely tokens
     outside[:, 0] = False  # the most likely token always stays
-    kept = torch.full_like(scaled, float("-inf")).scatter(-1, order, values.masked_fill(outside, float("-inf")))
-    untouched = ((top_k >= vocab) & (top_p > 1))[:, None]
-    return torch.where(untouched, scaled, kept)
+    values = values.masked_fill(outside, float("-inf"))
+    ids, perm = order.sort(dim=-1)
+    return values.gather(1, perm), ids
