@@ -148,6 +148,17 @@ def test_loss_metrics_of_a_partly_skipped_batch_are_means_over_what_ran():
     assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-6) and m["clipfrac"] == 0.0
 
 
+def test_tokens_run_counts_a_shared_prompt_once_and_skipped_samples_not_at_all():
+    worker = _shared(make_cfg({"trainer": {"micro_batch_size": 8}}))
+    samples = make_samples("tool", [1.0, -1.0, 0.0, 0.5, 0.0], seed=7)
+    for s in samples[:3]:  # three candidates of one prompt (two run), then two prompts of their own
+        s.prompt_ids = list(samples[0].prompt_ids)
+    m = worker.update(samples, step=0)
+    ran = [s for s in samples if s.advantage != 0.0]
+    want = len(samples[0].prompt_ids) + len(samples[3].prompt_ids) + sum(len(s.response_ids) for s in ran)
+    assert m["zero_advantage_skipped"] == 2.0 and m["tokens_run"] == float(want)
+
+
 def test_kl_or_entropy_terms_run_zero_advantage_samples_too():
     worker = _shared(make_cfg({"algorithm": {"entropy_coef": 0.01}}))
     _, ran = _recording(worker)

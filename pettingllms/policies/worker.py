@@ -38,7 +38,8 @@ from pettingllms.utils.models import load_causal_lm, resolve_device, torch_dtype
 log = logging.getLogger(__name__)
 
 _ROLE_KEYS = ("loss", "grad_norm", "num_samples")  # also reported per role under trainer.role_lr
-_SUMMED = ("num_samples", "num_tokens", "zero_advantage_skipped", "optimizer_steps", "update_s", "logprob_s")
+_SUMMED = ("num_samples", "num_tokens", "tokens_run", "zero_advantage_skipped", "optimizer_steps", "update_s",
+           "logprob_s")
 # Loss terms that are exact over the whole batch even when zero-advantage samples are not run
 # (theirs is 0); the other loss metrics are means over the tokens that ran.
 _BATCH_LOSSES = ("loss", "pg_loss")
@@ -329,6 +330,12 @@ class PolicyWorker:
         m["loss"] = loss.item()
         return m
 
+    def _tokens_run(self, micro: list[Sample]) -> int:
+        """Prompt and response tokens one training forward over `micro` runs (without padding)."""
+        prompts = ({tuple(s.prompt_ids) for s in micro} if self._share_prompts()
+                   else [s.prompt_ids for s in micro])
+        return sum(len(p) for p in prompts) + sum(len(s.response_ids) for s in micro)
+
     def _micro_batches(self, idx: list[int], samples: list[Sample]) -> list[list[int]]:
         # Sort by length so micro-batches carry little padding (with shared prompts: by prompt, so
         # that a prompt's candidates share a micro-batch, prompts by their longest response, the
@@ -402,11 +409,13 @@ class PolicyWorker:
         sums: dict[str, float] = {}
         ran: dict[str, float] = {}  # per metric, the share of the mini-batches' tokens (or sequences) that ran
         grad_norms = []
+        tokens_run = 0  # tokens the training forwards computed (a shared prompt once per micro-batch)
         for mini in mini_batch_plan(n, self.algo, self.seed, step):
             self.optimizer.zero_grad(set_to_none=True)
             total = sum(len(samples[i].response_ids) for i in mini) if token_agg else len(mini)
             micros = self._micro_batches([i for i in mini if live[i]], samples)
             for micro in micros:
+                tokens_run += self._tokens_run([samples[i] for i in micro])
                 part = sum(len(samples[i].response_ids) for i in micro) if token_agg else len(micro)
                 w = part / total
                 m = self.accumulate([samples[i] for i in micro],
@@ -435,7 +444,7 @@ class PolicyWorker:
             "grad_norm": sum(grad_norms) / n_steps, "lr": float(self.optimizer.param_groups[0]["lr"]),
             "optimizer_steps": float(n_steps), "num_samples": float(n),
             "zero_advantage_skipped": float(n - sum(live)),
-            "num_tokens": float(sum(len(s.response_ids) for s in samples)),
+            "num_tokens": float(sum(len(s.response_ids) for s in samples)), "tokens_run": float(tokens_run),
             "update_s": time.perf_counter() - t0})
         return metrics
 

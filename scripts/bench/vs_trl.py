@@ -233,6 +233,9 @@ def run_ours(task: dict, config_name: str, extra: list[str]) -> dict:
                           "logprob_s": m["timing/logprob_s"],
                           "gen_tokens": round(m["tokens/generated_per_s"] * m["timing/generate_s"]),
                           "update_tokens": m["tokens/prompt"] + m["tokens/response"],
+                          # what the forwards computed: shared prompts once, zero-advantage samples not at all
+                          "tokens_run": sum(v for k, v in m.items() if k.startswith("policy/")
+                                            and k.endswith("/tokens_run")),
                           "reward": m["reward/mean"]})
         # one base model's weights (L1/L2 share it): what each token's FLOPs scale with
         n_params = sum(p.numel() for p in _modules(next(iter(trainer.workers.values()))).parameters())
@@ -259,12 +262,15 @@ def summarize(runs: list[dict], gflops: float, lora: bool) -> dict:
     gen_tps = statistics.median(s["gen_tokens"] / s["generate_s"] for s in steps if s["generate_s"] > 0)
     upd_tps = statistics.median(s["update_tokens"] / s["update_s"] for s in steps if s["update_s"] > 0)
     params = runs[0].get("params", 0)
-    # forward 2N, backward 2N for activations (+2N for weight grads when every weight trains)
+    # forward 2N, backward 2N for activations (+2N for weight grads when every weight trains), per
+    # token computed: ours runs a shared prompt once and skips zero-advantage samples (tokens_run)
     flops_per_token = (4 if lora else 6) * params
-    upd_gflops = upd_tps * flops_per_token / 1e9
+    run_tps = statistics.median(s.get("tokens_run", s["update_tokens"]) / s["update_s"] for s in steps
+                                if s["update_s"] > 0)
+    upd_gflops = run_tps * flops_per_token / 1e9
     return {"step_s": med("step_s"), "generate_s": med("generate_s"), "update_s": med("update_s"),
             "other_s": statistics.median(s["step_s"] - s["generate_s"] - s["update_s"] for s in steps),
-            "gen_tok_s": gen_tps, "update_tok_s": upd_tps, "update_gflops": upd_gflops,
+            "gen_tok_s": gen_tps, "update_tok_s": upd_tps, "update_run_tok_s": run_tps, "update_gflops": upd_gflops,
             "update_frac_of_matmul": upd_gflops / gflops if gflops else 0.0,
             "peak_rss_gb": max(r["peak_rss_mb"] for r in runs) / 1024,
             "reward": statistics.mean(s["reward"] for s in steps), "runs": len(runs), "timed_steps": len(steps),
@@ -275,7 +281,8 @@ def print_summary(name: str, s: dict) -> None:
     v = ", ".join(f"{k} {x}" for k, x in s["versions"].items())
     print(f"{name:>5}: step {s['step_s']:.2f} s (generate {s['generate_s']:.2f}, update {s['update_s']:.2f}, "
           f"other {s['other_s']:.2f}); generation {s['gen_tok_s']:.1f} useful tok/s; update "
-          f"{s['update_tok_s']:.1f} tok/s = {s['update_gflops']:.1f} GFLOP/s "
+          f"{s['update_tok_s']:.1f} batch tok/s ({s['update_run_tok_s']:.1f} computed) = "
+          f"{s['update_gflops']:.1f} GFLOP/s "
           f"({100 * s['update_frac_of_matmul']:.0f}% of bf16 matmul); peak RSS {s['peak_rss_gb']:.2f} GB; "
           f"reward {s['reward']:.3f}; {s['timed_steps']} timed steps in {s['runs']} runs; "
           f"{s['threads']} threads; {v}")
