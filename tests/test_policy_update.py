@@ -168,12 +168,15 @@ def test_kl_or_entropy_terms_run_zero_advantage_samples_too():
 
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature, threads):
+@pytest.mark.parametrize("with_entropy,chunk", [(True, 4), (False, 4), (False, 1000)])
+def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature, threads, with_entropy, chunk):
     with num_threads(threads), exact_float64():
-        _chunked_logprobs_equal_full_logits(temperature)
+        _chunked_logprobs_equal_full_logits(temperature, with_entropy, chunk)
 
 
-def _chunked_logprobs_equal_full_logits(temperature):
+def _chunked_logprobs_equal_full_logits(temperature, with_entropy, chunk):
+    """Without entropy the target log-prob is one autograd function (target_logprobs); with it,
+    autograd's own chain. Both against all logits at once."""
     model, _ = tiny_model(seed=5)
     model.double().train()  # an exactness claim: float64
     batch = pack(make_samples("a", [1.0] * 4, seed=6), pad_id=0)
@@ -182,21 +185,24 @@ def _chunked_logprobs_equal_full_logits(temperature):
     weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     weights = weights * batch.mask
 
-    lp_c, ent_c = response_logprobs(model, batch, chunk=4, temperature=temperature, with_entropy=True)
-    ((lp_c * weights).sum() + ent_c.sum()).backward()
+    lp_c, ent_c = response_logprobs(model, batch, chunk=chunk, temperature=temperature, with_entropy=with_entropy)
+    ((lp_c * weights).sum() + (ent_c.sum() if with_entropy else 0)).backward()
     grads_c = {n: p.grad.clone() for n, p in model.named_parameters()}
     hook.remove()
     model.zero_grad()
-    lp_f, ent_f = full_logits_logprobs(model, batch, temperature=temperature, with_entropy=True)
-    ((lp_f * weights).sum() + ent_f.sum()).backward()
+    lp_f, ent_f = full_logits_logprobs(model, batch, temperature=temperature, with_entropy=with_entropy)
+    ((lp_f * weights).sum() + (ent_f.sum() if with_entropy else 0)).backward()
 
-    # lm_head only ever saw chunks of <= 4 rows, forward and backward recompute.
-    assert seen_rows and max(seen_rows) <= 4 and len(seen_rows) >= 2 * math.ceil(batch.num_tokens / 4)
+    if chunk < batch.num_tokens:  # lm_head only ever saw chunks of <= chunk rows, forward and backward recompute
+        assert seen_rows and max(seen_rows) <= chunk and len(seen_rows) >= 2 * math.ceil(batch.num_tokens / chunk)
+    else:  # one chunk: nothing to save by recomputing it
+        assert seen_rows == [batch.num_tokens]
     # Same math, another summation order: values are vocabulary-size reductions.
     vocab = int(model.config.vocab_size)
     assert lp_c.dtype == lp_f.dtype == torch.float64
     assert_close_by_size(lp_c, lp_f, vocab)
-    assert_close_by_size(ent_c, ent_f, vocab)
+    if with_entropy:
+        assert_close_by_size(ent_c, ent_f, vocab)
     assert torch.all(lp_c[batch.mask == 0] == 0)
     for n, p in model.named_parameters():
         assert_close_by_size(grads_c[n], p.grad, _grad_terms(model, batch.num_tokens))

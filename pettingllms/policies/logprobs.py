@@ -2,9 +2,16 @@
 
 The transformer body runs to hidden states; only the rows that predict response
 tokens are gathered, and lm_head + log_softmax + gather (+ entropy) run over them
-in chunks of `chunk` tokens. With grad enabled each chunk runs under
-`torch.utils.checkpoint`, so backward recomputes that chunk's logits instead of
-keeping them: peak logits memory is one chunk x vocab, not batch x length x vocab.
+in chunks of `chunk` tokens. With grad enabled and more than one chunk, each chunk runs
+under `torch.utils.checkpoint`, so backward recomputes that chunk's logits instead of
+keeping them: peak logits memory is one chunk x vocab, not batch x length x vocab (with a
+single chunk that peak is the same either way, so it is not recomputed).
+
+The target's log-prob is one autograd function (`target_logprobs`): it keeps the chunk's
+logits as the LM head made them (bf16 under autocast) and the row normalisers, and its
+backward is softmax - onehot from those, instead of autograd's chain of an fp32 copy, the
+temperature division, log_softmax (keeping its fp32 output) and a gather (whose backward
+scatters into a zero [rows, vocab] tensor).
 """
 from __future__ import annotations
 
@@ -121,8 +128,41 @@ def at_least_fp32(x: Tensor) -> Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
+class _TargetLogprob(torch.autograd.Function):
+    """log softmax(logits / T)[target] per row, computed in (at least) fp32."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, temperature: float) -> Tensor:
+        x = _scaled_copy(logits, temperature)
+        lse = torch.logsumexp(x, dim=-1)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature = temperature
+        return x.gather(-1, targets[:, None]).squeeze(-1) - lse
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        logits, targets, lse = ctx.saved_tensors
+        g = grad.to(lse.dtype)[:, None] / ctx.temperature
+        # d/dlogits = (onehot(target) - softmax(logits / T)) / T, times the incoming gradient
+        probs = _scaled_copy(logits, ctx.temperature).sub_(lse[:, None]).exp_()
+        out = probs.mul_(-g).scatter_add_(-1, targets[:, None], g)
+        return out.to(logits.dtype), None, None
+
+
+def _scaled_copy(logits: Tensor, temperature: float) -> Tensor:
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32), copy=True)
+    return x.div_(temperature) if temperature != 1.0 else x
+
+
+def target_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+    """[N, V] logits, [N] targets -> [N] log-probs of the targets under softmax(logits / T)."""
+    return _TargetLogprob.apply(logits, targets, float(temperature))
+
+
 def _chunk_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module, temperature: float,
                     softcap: Optional[float], with_entropy: bool):
+    if not softcap and not with_entropy:
+        return target_logprobs(lm_head(hidden), targets, temperature), None
     logits = at_least_fp32(lm_head(hidden))
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
@@ -142,7 +182,7 @@ def token_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module, ch
     """hidden [N, H], targets [N] -> logprobs [N] (and entropy [N]), `chunk` rows at a time."""
     if chunk <= 0:
         raise ValueError("logprob chunk must be > 0")
-    use_ckpt = torch.is_grad_enabled()
+    use_ckpt = torch.is_grad_enabled() and hidden.shape[0] > chunk
     lps, ents = [], []
     for start in range(0, hidden.shape[0], chunk):
         h, t = hidden[start: start + chunk], targets[start: start + chunk]
