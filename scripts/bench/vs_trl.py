@@ -299,9 +299,11 @@ def print_multi(s: dict, runs: list[dict], gflops: float) -> None:
     """The AT-GRPO quickstart's split, and the step's floor if every FLOP ran at the matmul rate."""
     steps = [x for r in runs for x in r["steps"][1:]]
     gen_tokens = statistics.median(x["gen_tokens"] for x in steps)
-    upd_tokens = statistics.median(x["update_tokens"] for x in steps)
+    upd_tokens = statistics.median(x.get("tokens_run", x["update_tokens"]) for x in steps)  # computed
     params = runs[0]["params"]
-    logprob = any(x["logprob_s"] > 0 for x in steps)
+    # a separate no-grad old-logprob pass costs about a third of the update; when old logprobs come
+    # from the training forward, logprob_s only times the bookkeeping (well under a percent)
+    logprob = statistics.median(x["logprob_s"] for x in steps) > 0.05 * statistics.median(x["update_s"] for x in steps)
     # generation: a forward per token; update: 4N per token (LoRA), plus a forward to recompute old logprobs
     limit = (2 * params * gen_tokens + (4 + (2 if logprob else 0)) * params * upd_tokens) / (gflops * 1e9)
     env = statistics.median(x["env_s"] for x in steps)
