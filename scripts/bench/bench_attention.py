@@ -13,6 +13,7 @@ left padding (as batches of different lengths have). Each shape runs both paths 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from unittest import mock
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
         grad = torch.randn(batch, lq, heads, dim, generator=g).to(torch.bfloat16)
         row = {"shape": [batch, lq, lk], "what": what}
         for path, limits in (("kernel", dict(SMALL_SCORES_GRAD=0, SMALL_SCORES_NO_GRAD=0)), ("matmul", {})):
-            with mock.patch.multiple(A, **limits) if limits else mock.patch.object(A, "F", A.F):
+            with mock.patch.multiple(A, **limits) if limits else contextlib.nullcontext():
                 def forward():
                     with torch.no_grad():
                         A._gqa_attention(module, q, k, v, mask)

@@ -301,7 +301,6 @@ class HFEngine(RolloutEngine):
         if bool(sampled.any()):
             tokens = torch.where(sampled, _draw(logp, uniforms), tokens)
         chosen = _checked(logp, tokens)
-        tokens, chosen = tokens.clone(), chosen.clone()
         if bool(cut.any()):
             at = cut.nonzero().squeeze(1)
             tokens[at], chosen[at] = _draw_truncated(scaled[at], top_k[at], top_p[at], uniforms[at])
