@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -156,14 +157,15 @@ def test_dropping_finished_rows_changes_nothing(engine: HFEngine) -> None:
                 req("a somewhat longer prompt to force left padding", rid="1", n=1, max_new_tokens=12,
                     temperature=0.9, top_k=40, seed=2),
                 req("middle length prompt", rid="2", n=2, max_new_tokens=7, temperature=0.0)]
-    model = engine._slot("a").model
     batch_sizes: list[int] = []
-    hook = model.register_forward_pre_hook(lambda m, a, kw: batch_sizes.append(kw["input_ids"].shape[0]),
-                                           with_kwargs=True)
-    try:
+    forward = engine._forward
+
+    def counting(slot, ids, *args):
+        batch_sizes.append(ids.shape[0])
+        return forward(slot, ids, *args)
+
+    with mock.patch.object(engine, "_forward", counting):
         dropped = engine.generate(requests)
-    finally:
-        hook.remove()
     assert batch_sizes[0] == 3 and batch_sizes[1] == 5 and batch_sizes[-1] == 1  # prefill once per prompt
     keep_all = HFEngine({"a": TINY}, dtype="float32", drop_finished=False).generate(requests)
     single = [engine.generate([r])[0] for r in requests]

@@ -65,6 +65,18 @@ def _is_small(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bo
             and per_row * query.shape[0] * query.shape[1] <= SMALL_SCORES_TOTAL)
 
 
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+           scale: float, causal: bool, dropout: float = 0.0) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v -> [B, Lq, H, D]: small attentions without dropout on CPU as
+    `_matmul_attention`, the rest on torch's SDPA kernel with grouped-query heads left to it."""
+    if dropout == 0.0 and query.device.type == "cpu" and _is_small(query, key, value) \
+            and query.shape[1] % key.shape[1] == 0:
+        return _matmul_attention(query, key, value, mask, scale, causal)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale,
+                                         is_causal=causal, enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous()
+
+
 def _gqa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                    is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
@@ -73,13 +85,7 @@ def _gqa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    if (dropout == 0.0 or not module.training) and query.device.type == "cpu" and _is_small(query, key, value) \
-            and query.shape[1] % key.shape[1] == 0:
-        return _matmul_attention(query, key, value, attention_mask, scale, causal), None
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                         scale=scaling, is_causal=causal,
-                                         enable_gqa=key.shape[1] != query.shape[1])
-    return out.transpose(1, 2).contiguous(), None
+    return attend(query, key, value, attention_mask, scale, causal, dropout if module.training else 0.0), None
 
 
 def use_gqa_attention(model: Any) -> bool:

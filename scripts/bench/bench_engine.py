@@ -1,10 +1,12 @@
 """Rollout-engine throughput, side by side in one run: our HF engine, our vLLM engine, vLLM's own
 `LLM.generate` under it (the seam's overhead), and transformers' model.generate (on the model as
-`from_pretrained` loads it, without the HF engine's own decode changes).
+`from_pretrained` loads it, without the HF engine's own decode changes), and `hf_plain`: the HF
+engine with its lean Llama forward off (rollout.engine_options.lean_forward=false).
 
     .venv/bin/python scripts/bench/bench_engine.py                       # hf vs vllm, batch 1/16/32
     .venv/bin/python scripts/bench/bench_engine.py --engines hf vllm vllm_raw generate --repeats 3
     .venv/bin/python scripts/bench/bench_engine.py --compile             # vLLM with graph compile
+    .venv/bin/python scripts/bench/bench_engine.py --engines hf hf_plain generate --batches 1 4 16
 
 For each batch size B it takes B different math questions (chat template, temperature 0.7,
 max_new_tokens 128) and counts the tokens each engine produced up to and including the end token.
@@ -92,9 +94,10 @@ def bench_vllm_raw(engine, batch: int, new_tokens: int, temperature: float, seed
 def build(name: str, args):
     """An engine by name, and its load time."""
     start = time.perf_counter()
-    if name in ("hf", "generate"):
+    if name in ("hf", "generate", "hf_plain"):
         from pettingllms.rollout.engines.hf import HFEngine
-        engine = HFEngine({"bench": args.model}, dtype=args.dtype, device=args.device, threads=args.threads)
+        engine = HFEngine({"bench": args.model}, dtype=args.dtype, device=args.device, threads=args.threads,
+                          lean_forward=name != "hf_plain")
     else:
         from pettingllms.config import VLLMConfig
         from pettingllms.rollout.engines.vllm import VLLMEngine
@@ -102,6 +105,11 @@ def build(name: str, args):
                                                                 cpu_threads=args.vllm_threads),
                             dtype=args.dtype, seed=args.seed, max_new_tokens=args.new_tokens)
     return engine, time.perf_counter() - start
+
+
+def _family(name: str) -> str:
+    """Which built engine a bench entry runs on."""
+    return {"generate": "hf", "vllm_raw": "vllm"}.get(name, name)
 
 
 _PLAIN: dict = {}
@@ -133,7 +141,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cpu", help="HF engine device (vLLM picks its own)")
-    ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm", "vllm_raw", "generate"])
+    ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf_plain", "vllm", "vllm_raw", "generate"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 32])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -150,7 +158,7 @@ def main(argv=None) -> dict:
 
     engines, load_s = {}, {}
     for name in args.engines:  # hf and generate share one HF engine; vllm and vllm_raw one vLLM engine
-        family = "hf" if name in ("hf", "generate") else "vllm"
+        family = _family(name)
         if family not in engines:
             engines[family], load_s[family] = build(family, args)
             bench_engine(engines[family], 2, 8, args.temperature, args.seed)  # warm-up (allocator, kernels)
@@ -158,7 +166,7 @@ def main(argv=None) -> dict:
     for batch in args.batches:
         row = {"batch": batch}
         for name in args.engines:
-            engine = engines["hf" if name in ("hf", "generate") else "vllm"]
+            engine = engines[_family(name)]
             (tok, wall), runs = best_of(args.repeats, lambda: run_once(name, engine, batch, args))
             row[name] = {"tokens": tok, "s": round(wall, 2), "tok_s": round(tok / wall, 1),
                          "runs_tok_s": [round(t / s, 1) for t, s in runs]}

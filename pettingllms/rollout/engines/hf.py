@@ -29,6 +29,7 @@ import torch
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
 from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, pack_linears
+from pettingllms.rollout.engines.lean_llama import LeanLlama
 from pettingllms.rollout.engines.weights import WeightUpdate, full_weights, lora_deltas
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
@@ -46,6 +47,7 @@ class _ModelSlot:
     policies: list[str]
     active: str | None = None  # None: base weights
     base: dict[str, torch.Tensor] = field(default_factory=dict)  # base copies of overridden tensors
+    lean: LeanLlama | None = None  # the lean forward, where it covers the model
 
 
 @dataclass
@@ -68,7 +70,7 @@ class _Row:
 class HFEngine(RolloutEngine):
     def __init__(self, policies: Mapping[str, str], dtype: str = "bfloat16", seed: int = 0,
                  max_prompt_tokens: int = 1024, device: str = "cpu", max_batch_size: int = 64,
-                 threads: int = 0, drop_finished: bool = True):
+                 threads: int = 0, drop_finished: bool = True, lean_forward: bool = True):
         if not policies:
             raise ValueError("HFEngine needs at least one policy (name -> model path)")
         if max_prompt_tokens < 1 or max_batch_size < 1:
@@ -94,8 +96,9 @@ class HFEngine(RolloutEngine):
                 tokenizer = load_tokenizer(local)
                 params = dict(model.state_dict(keep_vars=True))
                 kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+                lean = LeanLlama(model) if lean_forward and LeanLlama.supports(model) else None
                 self._slots[local] = _ModelSlot(local, model, tokenizer, set(eos_token_ids(model, tokenizer)),
-                                                kwarg, params, [])
+                                                kwarg, params, [], lean=lean)
             self._slots[local].policies.append(policy)
             self._policy_slot[policy] = self._slots[local]
 
@@ -208,6 +211,8 @@ class HFEngine(RolloutEngine):
 
     def _forward(self, slot: _ModelSlot, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                  cache: Any) -> torch.Tensor:
+        if slot.lean is not None:
+            return slot.lean.forward(ids, mask, positions, cache)
         # An all-ones mask is the same as none; passing none lets attention take its fast path.
         out = slot.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask,
                          position_ids=positions, use_cache=True, logits_to_keep=last_position(ids),

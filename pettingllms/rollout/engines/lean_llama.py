@@ -1,0 +1,165 @@
+"""A lean forward pass for Llama-architecture models, used by the HF engine's prefill and decode.
+
+At the batch sizes of evaluation, the demo and multi-agent turns (1-16 rows), a decode step of a
+small model is mostly per-op framework work and weight streaming, not arithmetic. transformers'
+modules add their own per-step work around the same ops (mask building, rotary tables, cache
+objects, keyword plumbing), and run q/k/v and gate/up as separate GEMMs, each streaming its
+weight on its own. This forward runs the same ops on the model's own weights with
+
+* q/k/v and gate/up concatenated into one GEMM each (the weights read in one pass), pre-packed
+  into oneDNN's blocked layout for bf16 on CPU (`hf_fast.pack_linears`' reason);
+* rotary embedding applied to the queries and keys in one go;
+* attention through `pettingllms.utils.attention.attend`, the rule every model we load uses.
+
+It computes what the transformers forward computes, op by op in the same dtype (the tests hold it
+to the transformers forward; on bf16 CPU decode it is bit-identical on our boxes, but that is not
+relied on). It writes keys and values into the engine's KV cache layers, so it can take over from a
+transformers prefill or hand over to one. Models it does not cover (other architectures, rotary
+types that change with the length, sliding windows, biases on the MLP) keep the transformers path:
+`LeanLlama.supports` says which.
+
+The fused and packed weights are copies, rebuilt after any weight changes in place (the engine's
+weight sync): every forward compares the version counters of the weights it copied.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from pettingllms.utils.attention import attend
+
+_MODEL_TYPES = ("llama", "qwen2")
+_ROPE_TYPES = ("default", "linear", "llama3")  # inv_freq fixed at load time
+
+
+def _rope_type(config: Any) -> str:
+    rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+    return str(rope.get("rope_type", rope.get("type", "default"))) if isinstance(rope, dict) else "default"
+
+
+def _mkldnn_bf16() -> bool:
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class _Linear:
+    """y = x W^T + b for one or several weights stacked on the output dimension."""
+
+    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None]):
+        w = torch.cat([t.detach() for t in weights]) if len(weights) > 1 else weights[0].detach()
+        self.bias = (torch.cat([b.detach() for b in biases]) if len(biases) > 1 else biases[0].detach()) \
+            if biases[0] is not None else None
+        self.packed = w.dtype == torch.bfloat16 and w.device.type == "cpu" and _mkldnn_bf16()
+        # block size 32 as in hf_fast; packing is a layout change, not a rounding
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(w, 32) if self.packed else w.contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.packed:
+            return F.linear(x, self.weight, self.bias)
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.weight, self.bias, "none", [], "")
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class LeanLlama:
+    """`forward(ids, mask, positions, cache)` -> the last position's logits, as the engine's
+    transformers forward returns them."""
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        config = getattr(model, "config", None)
+        if config is None or getattr(config, "model_type", None) not in _MODEL_TYPES:
+            return False
+        return (getattr(config, "hidden_act", "silu") == "silu"
+                and not getattr(config, "mlp_bias", False)
+                and getattr(config, "pretraining_tp", 1) == 1
+                and not (getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
+                and _rope_type(config) in _ROPE_TYPES
+                and hasattr(getattr(model, "model", None), "rotary_emb"))
+
+    def __init__(self, model: Any):
+        if not self.supports(model):
+            raise ValueError(f"LeanLlama does not cover {type(model).__name__} with this config")
+        config = model.config
+        self.model = model
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = float(config.rms_norm_eps)
+        self._watched = [p for p in model.parameters()] + [model.model.rotary_emb.inv_freq]
+        self._key: tuple | None = None
+
+    def _build(self) -> None:
+        m = self.model
+        self.layers = []
+        for layer in m.model.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            projections = (a.q_proj, a.k_proj, a.v_proj)
+            self.layers.append((
+                layer.input_layernorm.weight,
+                _Linear([p.weight for p in projections], [p.bias for p in projections]),
+                _Linear([a.o_proj.weight], [a.o_proj.bias]),
+                layer.post_attention_layernorm.weight,
+                _Linear([mlp.gate_proj.weight, mlp.up_proj.weight], [None]),
+                _Linear([mlp.down_proj.weight], [None]),
+                float(a.scaling)))
+        self.intermediate = m.model.layers[0].mlp.gate_proj.weight.shape[0]
+        self.norm = m.model.norm.weight
+        self.embed = m.model.embed_tokens.weight
+        self.head = _Linear([m.lm_head.weight], [getattr(m.lm_head, "bias", None)])
+        self.inv_freq = m.model.rotary_emb.inv_freq.float()
+        self.rope_scale = float(m.model.rotary_emb.attention_scaling)
+
+    def _refresh(self) -> None:
+        key = tuple(p._version for p in self._watched) + tuple(p.data_ptr() for p in self._watched[:1])
+        if key != self._key:
+            self._build()
+            self._key = key
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))  # transformers' fp32 upcast
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * xf.to(x.dtype)
+
+    @staticmethod
+    def _mask(mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
+        """[B, 1, L, K] boolean (key allowed), or None: no padding (causal from the shapes)."""
+        if mask is None or bool(mask.all()):
+            return None
+        keys = mask.bool()[:, None, None, :]
+        if length == 1:
+            return keys
+        causal = torch.ones(length, mask.shape[1], dtype=torch.bool, device=mask.device).tril(mask.shape[1] - length)
+        allowed = keys & causal
+        # A padding query sees no key: let it see all, so the kernel stays finite (its output is unused).
+        return allowed | ~allowed.any(-1, keepdim=True)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        self._refresh()
+        b, length = ids.shape
+        heads, kv_heads, d = self.heads, self.kv_heads, self.head_dim
+        x = F.embedding(ids, self.embed)
+        freqs = positions[:, :, None].float() * self.inv_freq  # [B, L, D/2], as transformers' outer product
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos = (angles.cos() * self.rope_scale).to(x.dtype)[:, :, None, :]
+        sin = (angles.sin() * self.rope_scale).to(x.dtype)[:, :, None, :]
+        attn_mask = self._mask(mask, length)
+        causal = length > 1 and attn_mask is None
+        half, rotated = d // 2, (heads + kv_heads) * d
+        for i, (norm1, qkv, out, norm2, gate_up, down, scaling) in enumerate(self.layers):
+            y = qkv(self._rms(x, norm1))
+            qk = y[..., :rotated].view(b, length, heads + kv_heads, d)
+            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
+            q = qk[:, :, :heads].transpose(1, 2)
+            k = qk[:, :, heads:].transpose(1, 2)
+            v = y[..., rotated:].view(b, length, kv_heads, d).transpose(1, 2)
+            k, v = cache.layers[i].update(k, v)
+            a = attend(q, k, v, attn_mask, scaling, causal)
+            x = x + out(a.reshape(b, length, heads * d))
+            y = gate_up(self._rms(x, norm2))
+            x = x + down(F.silu(y[..., :self.intermediate]) * y[..., self.intermediate:])
+        return self.head(self._rms(x[:, -1:], self.norm))[:, -1].float()
