@@ -50,17 +50,19 @@ def pairwise_tol(dtype: torch.dtype, sizes: tuple[int, ...], scale: float) -> fl
 
 @contextlib.contextmanager
 def exact_float64() -> Iterator[None]:
-    """Keep the tiny Llama in float64 end to end: its RMSNorm upcasts to float32 on purpose (for
-    bf16), which in a float64 run rounds to float32 precision and hides the claim under test."""
+    """Keep the tiny Llama (and Qwen2) in float64 end to end: their RMSNorm upcasts to float32 on
+    purpose (for bf16), which in a float64 run rounds to float32 precision and hides the claim
+    under test."""
     from unittest import mock
 
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
-    with mock.patch.object(LlamaRMSNorm, "forward", forward):
+    with mock.patch.object(LlamaRMSNorm, "forward", forward), mock.patch.object(Qwen2RMSNorm, "forward", forward):
         yield
 
 

@@ -58,6 +58,43 @@ def test_matches_transformers_in_float64(lengths) -> None:
         torch.testing.assert_close(g, w, rtol=0, atol=tol, msg=lambda m, s=step: f"step {s}: {m}")
 
 
+def random_model(kind: str):
+    """A small random model of another covered layout, float64, sdpa attention as we load models."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from pettingllms.utils.attention import use_gqa_attention
+
+    shape = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3)
+    if kind == "qwen2":  # biases on q/k/v, untied head
+        config, cls = Qwen2Config(**shape, tie_word_embeddings=False), Qwen2ForCausalLM
+    else:  # Llama 3 rotary scaling, biases on every attention projection
+        config, cls = LlamaConfig(**shape, attention_bias=True, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16, "rope_theta": 10000.0}), LlamaForCausalLM
+    config._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = cls(config).double().eval()
+        for name, p in model.named_parameters():  # biases start at 0: make them matter
+            if name.endswith("bias"):
+                torch.nn.init.normal_(p, std=0.3)
+    use_gqa_attention(model)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama3_rope_bias"])
+def test_matches_transformers_for_other_layouts(kind) -> None:
+    model = random_model(kind)
+    lean = LeanLlama(model)
+    with exact_float64():
+        want = run(lambda *a: transformers_forward(model, *a), model, [20, 6], steps=4)
+        got = run(lean.forward, model, [20, 6], steps=4)
+    scale = max(float(w.abs().max()) for w in want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=forward_tol(model.config, 24, scale, torch.float64))
+
+
 def test_matches_transformers_in_bf16_with_packed_weights() -> None:
     model = load_causal_lm(TINY, "bfloat16")
     lean = LeanLlama(model)

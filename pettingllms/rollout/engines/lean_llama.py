@@ -94,7 +94,7 @@ class LeanLlama:
 
     def _build(self) -> None:
         m = self.model
-        self.layers = []
+        self.layers, self.head = [], None  # the old copies go before the new ones are made
         for layer in m.model.layers:
             a, mlp = layer.self_attn, layer.mlp
             projections = (a.q_proj, a.k_proj, a.v_proj)
