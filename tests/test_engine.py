@@ -295,6 +295,10 @@ def test_build_engine_from_config() -> None:
                                      "rollout": {"engine_options": {"max_batch_size": 4}}}))
     eng = build_engine(cfg)
     assert isinstance(eng, HFEngine) and eng.max_batch_size == 4 and list(eng._policy_slot) == ["shared"]
+    assert eng._slot("shared").lean is not None  # the tiny Llama runs the lean forward by default
+    off = validate(OmegaConf.create({"model": {"path": TINY, "dtype": "float32"},
+                                     "rollout": {"engine_options": {"lean_forward": False}}}))
+    assert build_engine(off)._slot("shared").lean is None
     assert build_engine(cfg, policies={"p1": TINY, "p2": TINY})._slot("p1") is not None
     bad = {"rollout": {"engine_options": {"gpu_memory": 0.5}}}
     with pytest.raises(ConfigError, match="unknown option 'rollout.engine_options.gpu_memory' for engine 'hf'"):
