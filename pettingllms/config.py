@@ -80,7 +80,9 @@ class RolloutConfig:
     max_prompt_tokens: int = 1024  # longer prompts are truncated from the left
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     env_workers: int = 2  # threads stepping env branches (sandbox work runs in subprocesses)
-    engine_options: dict[str, Any] = field(default_factory=dict)  # backend-specific
+    # hf engine only: device, max_batch_size, threads, lean_forward (false: Llama models take
+    # transformers' forward instead of the engine's own; same numbers, slower)
+    engine_options: dict[str, Any] = field(default_factory=dict)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
 
