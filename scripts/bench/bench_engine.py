@@ -94,7 +94,7 @@ def bench_vllm_raw(engine, batch: int, new_tokens: int, temperature: float, seed
 def build(name: str, args):
     """An engine by name, and its load time."""
     start = time.perf_counter()
-    if name in ("hf", "generate", "hf_plain"):
+    if name in ("hf", "hf_plain"):
         from pettingllms.rollout.engines.hf import HFEngine
         engine = HFEngine({"bench": args.model}, dtype=args.dtype, device=args.device, threads=args.threads,
                           lean_forward=name != "hf_plain")

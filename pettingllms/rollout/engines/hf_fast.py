@@ -96,23 +96,38 @@ def last_position(ids: torch.Tensor) -> int | torch.Tensor:
     return 1 if length == 1 else torch.tensor([length - 1], device=ids.device)
 
 
+def mkldnn_bf16() -> bool:
+    """Whether this torch build has oneDNN's bf16 GEMM (what packed weights run on)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A bf16 [out, in] weight in oneDNN's blocked layout (a layout change, not a rounding)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 32)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b with W from `pack_weight`."""
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias, "none", [], "")
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
 def _packed_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w = self.weight
     key = (w.data_ptr(), w._version)
     if self._packed_key != key:
-        self._packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 32)
+        self._packed = pack_weight(w)
         self._packed_key = key
-    out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self._packed, self.bias, "none", [], "")
-    return out.reshape(*x.shape[:-1], out.shape[-1])
+    return packed_linear(x, self._packed, self.bias)
 
 
 def pack_linears(model: torch.nn.Module) -> int:
     """Route the model's bf16 CPU `nn.Linear` layers through `_packed_linear`; returns how many.
     Nothing changes where this torch build has no oneDNN bf16 GEMM."""
-    try:
-        if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-            return 0
-    except (AttributeError, RuntimeError):
+    if not mkldnn_bf16():
         return 0
     count = 0
     for mod in model.modules():

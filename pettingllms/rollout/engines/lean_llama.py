@@ -7,7 +7,7 @@ objects, keyword plumbing), and run q/k/v and gate/up as separate GEMMs, each st
 weight on its own. This forward runs the same ops on the model's own weights with
 
 * q/k/v and gate/up concatenated into one GEMM each (the weights read in one pass), pre-packed
-  into oneDNN's blocked layout for bf16 on CPU (`hf_fast.pack_linears`' reason);
+  into oneDNN's blocked layout for bf16 on CPU (`hf_fast.pack_weight`, for `pack_linears`' reason);
 * rotary embedding applied to the queries and keys in one go;
 * attention through `pettingllms.utils.attention.attend`, the rule every model we load uses.
 
@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pettingllms.rollout.engines.hf_fast import mkldnn_bf16, pack_weight, packed_linear
 from pettingllms.utils.attention import attend
 
 _MODEL_TYPES = ("llama", "qwen2")
@@ -39,29 +40,18 @@ def _rope_type(config: Any) -> str:
     return str(rope.get("rope_type", rope.get("type", "default"))) if isinstance(rope, dict) else "default"
 
 
-def _mkldnn_bf16() -> bool:
-    try:
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 class _Linear:
     """y = x W^T + b for one or several weights stacked on the output dimension."""
 
     def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None]):
         w = torch.cat([t.detach() for t in weights]) if len(weights) > 1 else weights[0].detach()
-        self.bias = (torch.cat([b.detach() for b in biases]) if len(biases) > 1 else biases[0].detach()) \
-            if biases[0] is not None else None
-        self.packed = w.dtype == torch.bfloat16 and w.device.type == "cpu" and _mkldnn_bf16()
-        # block size 32 as in hf_fast; packing is a layout change, not a rounding
-        self.weight = torch.ops.mkldnn._reorder_linear_weight(w, 32) if self.packed else w.contiguous()
+        present = [b.detach() for b in biases if b is not None]
+        self.bias = torch.cat(present) if present else None
+        self.packed = w.dtype == torch.bfloat16 and w.device.type == "cpu" and mkldnn_bf16()
+        self.weight = pack_weight(w) if self.packed else w.contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.packed:
-            return F.linear(x, self.weight, self.bias)
-        out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.weight, self.bias, "none", [], "")
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        return packed_linear(x, self.weight, self.bias) if self.packed else F.linear(x, self.weight, self.bias)
 
 
 class LeanLlama:
