@@ -7,7 +7,7 @@ import torch
 from pettingllms.policies import build_policies
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
-from pettingllms.rollout.engines.weights import FULL_WEIGHTS, WeightUpdate, write_full_weights
+from pettingllms.rollout.engines.weights import FULL_WEIGHTS, LoraFactor, WeightUpdate, write_full_weights
 from policy_helpers import TINY, make_cfg, make_samples
 
 AGENTS = ["tool", "reasoner"]
@@ -83,3 +83,32 @@ def test_full_update_by_path_equals_the_tensors_and_fails_clearly_when_unseen(tm
     assert _outputs(by_file, ["shared"]) == _outputs(by_tensors, ["shared"])
     with pytest.raises(ValueError, match="full update only"):
         WeightUpdate("shared", "full", update.tensors, path=str(folder))
+
+
+def test_lora_update_that_does_not_fit_changes_nothing():
+    """The engine merges an adapter one weight at a time, so every weight's fit is checked
+    first: an update whose last layer does not fit leaves every weight as it was."""
+    ps = build_policies(make_cfg(lora=True), ["solo"])
+    worker = ps.workers["shared"]
+    worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=60), 0)
+    update = worker.weight_update()
+    engine = HFEngine({"shared": TINY}, dtype="float32")
+    before = {k: v.clone() for k, v in engine._slot("shared").params.items()}
+    last_b = [k for k in update.tensors if k.endswith(".lora_B.weight")][-1]
+    bad = dict(update.tensors, **{last_b: torch.zeros(update.tensors[last_b].shape[0] + 1,
+                                                      update.tensors[last_b].shape[1])})
+    with pytest.raises(ValueError, match="does not fit"):
+        engine.update_weights(WeightUpdate("shared", "lora", bad, update.lora_config, version=1))
+    after = engine._slot("shared").params
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    engine.update_weights(update)  # the intact update merges: the adapted weights move
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all(k.endswith(".weight") for k in changed)
+
+
+def test_lora_factor_shape_follows_fan_in_fan_out():
+    a, b = torch.ones(4, 7), torch.ones(5, 4)  # rank 4, in 7, out 5
+    assert LoraFactor(a, b, 2.0).shape == (5, 7) == tuple(LoraFactor(a, b, 2.0).delta().shape)
+    assert LoraFactor(a, b, 2.0, fan_in_fan_out=True).shape == (7, 5)
+    assert tuple(LoraFactor(a, b, 2.0, fan_in_fan_out=True).delta().shape) == (7, 5)
+    assert torch.equal(LoraFactor(a, b, 2.0).delta(), torch.full((5, 7), 8.0))

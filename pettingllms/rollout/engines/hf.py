@@ -19,13 +19,13 @@ from the base are kept aside and copied into the shared model's tensors only whe
 policy changes. `update_weights` takes full weights as they are (`load_weights`, full or partial
 state dicts, or the file a full update's path names) and merges a LoRA adapter here, in fp32,
 into the base weights the model had before its first adapter update, so only adapter tensors
-cross the seam.
+cross the seam. It merges one weight at a time: one weight's fp32 delta in memory, not the model's.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -33,7 +33,7 @@ from pettingllms.rollout.engines.base import (Completion, GenerationRequest, Rol
                                               prompt_ids)
 from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, pack_linears
 from pettingllms.rollout.engines.lean_llama import LeanLlama
-from pettingllms.rollout.engines.weights import WeightUpdate, full_weights, lora_deltas
+from pettingllms.rollout.engines.weights import LoraFactor, WeightUpdate, full_weights, lora_factors
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
 
@@ -128,14 +128,18 @@ class HFEngine(RolloutEngine):
                 raise ValueError(f"load_weights({policy!r}): {name} has shape {tuple(tensor.shape)}, "
                                  f"expected {tuple(slot.params[name].shape)}")
             checked[name] = tensor
-        if len(slot.policies) == 1:  # nobody else uses this model: write straight into it
-            for name, tensor in checked.items():
-                slot.params[name].copy_(tensor)
-            return
-        self._snapshot_base(slot, checked)  # all snapshots before any copy: tied names share storage
-        own = self._overrides.setdefault(policy, {})
-        for name, tensor in checked.items():
+        if len(slot.policies) > 1:
+            self._snapshot_base(slot, checked)  # all snapshots before any copy: tied names share storage
+        self._write(slot, policy, checked.items())
+
+    def _write(self, slot: _ModelSlot, policy: str, items: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Store checked tensors as `policy`'s, one at a time (`items` may compute them lazily)."""
+        own = self._overrides.setdefault(policy, {}) if len(slot.policies) > 1 else None
+        for name, tensor in items:
             live = slot.params[name]
+            if own is None:  # nobody else uses this model: write straight into it
+                live.copy_(tensor)
+                continue
             own[name] = tensor.to(dtype=live.dtype, device=live.device, copy=True)
             if slot.active == policy:
                 live.copy_(own[name])
@@ -154,15 +158,19 @@ class HFEngine(RolloutEngine):
             self.load_weights(update.policy, dict(full_weights(update)))
             return
         slot = self._slot(update.policy)
-        deltas = lora_deltas(update)
-        for name, delta in deltas.items():
-            if name not in slot.params or tuple(slot.params[name].shape) != tuple(delta.shape):
-                raise ValueError(f"LoRA update of {update.policy!r}: {name} (shape {tuple(delta.shape)}) does "
+        factors = lora_factors(update)
+        for name, f in factors.items():
+            if name not in slot.params or tuple(slot.params[name].shape) != f.shape:
+                raise ValueError(f"LoRA update of {update.policy!r}: {name} (shape {f.shape}) does "
                                  f"not fit {slot.path}")
-        self._snapshot_base(slot, deltas)
-        merged = {name: (slot.base[name].float() + d.to(slot.base[name].device)).to(slot.params[name].dtype)
-                  for name, d in deltas.items()}
-        self.load_weights(update.policy, merged)
+        self._snapshot_base(slot, factors)
+        # Merged one weight at a time: a single fp32 delta exists at once, not the whole model's.
+        self._write(slot, update.policy, ((name, self._merged(slot, name, f)) for name, f in factors.items()))
+
+    @staticmethod
+    def _merged(slot: _ModelSlot, name: str, factor: LoraFactor) -> torch.Tensor:
+        base = slot.base[name]
+        return (base.float() + factor.delta().to(base.device)).to(slot.params[name].dtype)
 
     @torch.no_grad()
     def _activate(self, slot: _ModelSlot, policy: str) -> None:
@@ -304,7 +312,8 @@ class HFEngine(RolloutEngine):
         if bool(cut.all()):  # the common case: every row from its few candidate tokens
             return _draw_truncated(scaled, top_k, top_p, uniforms)
         logp = torch.log_softmax(scaled, dim=-1)
-        tokens = logits.argmax(-1)  # greedy rows
+        # greedy rows' tokens (the argmax of a batch of vocabulary rows is not free: only if any)
+        tokens = logits.argmax(-1) if bool(greedy.any()) else torch.zeros(len(rows), dtype=torch.long, device=dev)
         sampled = ~greedy & ~cut
         if bool(sampled.any()):
             tokens = torch.where(sampled, _draw(logp, uniforms), tokens)

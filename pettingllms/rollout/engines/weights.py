@@ -72,8 +72,26 @@ def lora_delta(a: Tensor, b: Tensor, scaling: float, fan_in_fan_out: bool = Fals
     return delta.T if fan_in_fan_out else delta
 
 
-def lora_deltas(update: WeightUpdate) -> dict[str, Tensor]:
-    """Plain-model weight name -> fp32 delta, for engines that merge adapters themselves."""
+@dataclass(frozen=True)
+class LoraFactor:
+    """One LoRA layer's factors; its delta is computed only when asked for (one fp32 weight)."""
+    a: Tensor
+    b: Tensor
+    scaling: float
+    fan_in_fan_out: bool = False
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The base weight's shape (out x in, or in x out with fan_in_fan_out)."""
+        out_in = (int(self.b.shape[0]), int(self.a.shape[1]))
+        return out_in[::-1] if self.fan_in_fan_out else out_in
+
+    def delta(self) -> Tensor:
+        return lora_delta(self.a, self.b, self.scaling, self.fan_in_fan_out)
+
+
+def lora_factors(update: WeightUpdate) -> dict[str, LoraFactor]:
+    """Plain-model weight name -> its LoRA factors, for engines that merge adapters themselves."""
     cfg = update.lora_config
     if cfg.get("rank_pattern") or cfg.get("alpha_pattern") or cfg.get("use_dora"):
         raise ValueError(f"policy {update.policy!r}: merging needs a uniform LoRA (no rank/alpha "
@@ -86,10 +104,15 @@ def lora_deltas(update: WeightUpdate) -> dict[str, Tensor]:
         module = key[:-len(".lora_A.weight")]
         b = update.tensors[module + ".lora_B.weight"]
         name = module[len(PEFT_PREFIX):] if module.startswith(PEFT_PREFIX) else module
-        out[name + ".weight"] = lora_delta(a, b, scaling, fifo)
+        out[name + ".weight"] = LoraFactor(a, b, scaling, fifo)
     if not out:
         raise ValueError(f"LoRA update of policy {update.policy!r} holds no lora_A/lora_B tensors")
     return out
+
+
+def lora_deltas(update: WeightUpdate) -> dict[str, Tensor]:
+    """Plain-model weight name -> fp32 delta (every delta at once; `lora_factors` for one at a time)."""
+    return {name: f.delta() for name, f in lora_factors(update).items()}
 
 
 def write_adapter(update: WeightUpdate, folder: str | Path) -> Path:
