@@ -81,7 +81,8 @@ class RolloutConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     env_workers: int = 2  # threads stepping env branches (sandbox work runs in subprocesses)
     # hf engine only: device, max_batch_size, threads, lean_forward (false: Llama models take
-    # transformers' forward instead of the engine's own; same numbers, slower)
+    # transformers' forward instead of the engine's own; same numbers, slower), cpu_kernels (false:
+    # decode steps keep oneDNN's GEMM and the matmul attention instead of our C++ kernels)
     engine_options: dict[str, Any] = field(default_factory=dict)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)

@@ -54,7 +54,7 @@ def test_rollout_engine():
 def test_engine_options_are_per_engine():
     msg = refused("rollout.engine_options.devise=cpu")
     assert msg == ("unknown option 'rollout.engine_options.devise' for engine 'hf' (did you mean 'device'?); "
-                   "known: device, lean_forward, max_batch_size, threads")
+                   "known: cpu_kernels, device, lean_forward, max_batch_size, threads")
     load_config(BASE, ["rollout.engine_options.device=cpu"])
 
 

@@ -1,12 +1,14 @@
 """Rollout-engine throughput, side by side in one run: our HF engine, our vLLM engine, vLLM's own
 `LLM.generate` under it (the seam's overhead), and transformers' model.generate (on the model as
-`from_pretrained` loads it, without the HF engine's own decode changes), and `hf_plain`: the HF
-engine with its lean Llama forward off (rollout.engine_options.lean_forward=false).
+`from_pretrained` loads it, without the HF engine's own decode changes), `hf_plain`: the HF
+engine with its lean Llama forward off (rollout.engine_options.lean_forward=false), and
+`hf_onednn`: the lean forward without the bf16 GEMV kernel (rollout.engine_options.cpu_kernels=false).
 
     .venv/bin/python scripts/bench/bench_engine.py                       # hf vs vllm, batch 1/16/32
     .venv/bin/python scripts/bench/bench_engine.py --engines hf vllm vllm_raw generate --repeats 3
     .venv/bin/python scripts/bench/bench_engine.py --compile             # vLLM with graph compile
     .venv/bin/python scripts/bench/bench_engine.py --engines hf hf_plain generate --batches 1 4 16
+    .venv/bin/python scripts/bench/bench_engine.py --engines hf hf_onednn generate --batches 1 2 4 8
 
 For each batch size B it takes B different math questions (chat template, temperature 0.7,
 max_new_tokens 128) and counts the tokens each engine produced up to and including the end token.
@@ -94,10 +96,10 @@ def bench_vllm_raw(engine, batch: int, new_tokens: int, temperature: float, seed
 def build(name: str, args):
     """An engine by name, and its load time."""
     start = time.perf_counter()
-    if name in ("hf", "hf_plain"):
+    if name in ("hf", "hf_plain", "hf_onednn"):
         from pettingllms.rollout.engines.hf import HFEngine
         engine = HFEngine({"bench": args.model}, dtype=args.dtype, device=args.device, threads=args.threads,
-                          lean_forward=name != "hf_plain")
+                          lean_forward=name != "hf_plain", cpu_kernels=name == "hf")
     else:
         from pettingllms.config import VLLMConfig
         from pettingllms.rollout.engines.vllm import VLLMEngine
@@ -141,7 +143,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cpu", help="HF engine device (vLLM picks its own)")
-    ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf_plain", "vllm", "vllm_raw", "generate"])
+    ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf_plain", "hf_onednn", "vllm", "vllm_raw", "generate"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 32])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.7)

@@ -17,10 +17,10 @@ __all__ = ["AUTO_VLLM_BELOW", "ENGINE_OPTIONS", "Completion", "GenerationRequest
 # config is checked (pettingllms.config_checks) before anything loads. vllm and openai take
 # none: their settings are the typed blocks rollout.vllm and rollout.openai.
 ENGINE_OPTIONS: dict[str, frozenset[str] | None] = {
-    "hf": frozenset({"device", "max_batch_size", "threads", "lean_forward"}),
+    "hf": frozenset({"device", "max_batch_size", "threads", "lean_forward", "cpu_kernels"}),
     "vllm": frozenset(),
     "openai": frozenset(),
-    "auto": frozenset({"device", "max_batch_size", "threads", "lean_forward"}),  # hf's: auto with options is hf
+    "auto": frozenset({"device", "max_batch_size", "threads", "lean_forward", "cpu_kernels"}),  # hf's: auto with options is hf
 }
 # rollout.engine=auto: vLLM only where it is measured to win. bench_engine.py, quiet 2-core box,
 # SmolLM2-135M, 128 new tokens (issue #14): our HF engine 40 / 281 / 382 tok/s at 1 / 16 / 32

@@ -13,6 +13,9 @@ Why a hand-written decode loop instead of `model.generate`:
   * Llama-architecture models (Llama, SmolLM, Qwen2) run `lean_llama.LeanLlama`, the same ops
     with fused GEMMs and none of transformers' per-step plumbing (1.2-1.4x tokens/s at 1-32
     sequences, docs/results/speed.md); `rollout.engine_options.lean_forward=false` turns it off.
+    Its decode steps run their attention, and at 1-4 sequences their products, in our C++ kernels
+    (`cpu_kernels`) where the CPU has AVX512-BF16; `rollout.engine_options.cpu_kernels=false`
+    keeps oneDNN's GEMM and the matmul attention.
 
 Policies that share a base model share one generation model. Each policy's weights that differ
 from the base are kept aside and copied into the shared model's tensors only when the active
@@ -73,7 +76,8 @@ class _Row:
 class HFEngine(RolloutEngine):
     def __init__(self, policies: Mapping[str, str], dtype: str = "bfloat16", seed: int = 0,
                  max_prompt_tokens: int = 1024, device: str = "cpu", max_batch_size: int = 64,
-                 threads: int = 0, drop_finished: bool = True, lean_forward: bool = True):
+                 threads: int = 0, drop_finished: bool = True, lean_forward: bool = True,
+                 cpu_kernels: bool = True):
         if not policies:
             raise ValueError("HFEngine needs at least one policy (name -> model path)")
         if max_prompt_tokens < 1 or max_batch_size < 1:
@@ -99,7 +103,7 @@ class HFEngine(RolloutEngine):
                 tokenizer = load_tokenizer(local)
                 params = dict(model.state_dict(keep_vars=True))
                 kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-                lean = LeanLlama(model) if lean_forward and LeanLlama.supports(model) else None
+                lean = LeanLlama(model, kernels=cpu_kernels) if lean_forward and LeanLlama.supports(model) else None
                 self._slots[local] = _ModelSlot(local, model, tokenizer, set(eos_token_ids(model, tokenizer)),
                                                 kwarg, params, [], lean=lean)
             self._slots[local].policies.append(policy)

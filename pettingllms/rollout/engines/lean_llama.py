@@ -8,14 +8,19 @@ weight on its own. This forward runs the same ops on the model's own weights wit
 
 * q/k/v and gate/up concatenated into one GEMM each (the weights read in one pass), pre-packed
   into oneDNN's blocked layout for bf16 on CPU (`hf_fast.pack_weight`, for `pack_linears`' reason);
+* at 1-4 rows (a decode step of up to 4 sequences) every product through our bf16 GEMV kernel
+  instead, over the model's own weights, and every decode step's attention in one kernel call
+  (`cpu_kernels`, where the CPU has AVX512-BF16);
 * rotary embedding applied to the queries and keys in one go;
-* attention through `pettingllms.utils.attention.attend`, the rule every model we load uses.
+* attention through `pettingllms.utils.attention.attend`, the rule every model we load uses
+  (its small-attention path in fp32 is what the decode-attention kernel computes too);
 
 It computes what the transformers forward computes, op by op in the same dtype (the tests hold it
-to the transformers forward; on bf16 CPU decode it is bit-identical on our boxes, but that is not
-relied on). It writes keys and values into the engine's KV cache layers, so it can take over from a
-transformers prefill or hand over to one. Models it does not cover (other architectures, rotary
-types that change with the length, sliding windows, biases on the MLP) keep the transformers path:
+to the transformers forward; with oneDNN's GEMM and the matmul attention its bf16 CPU decode is
+bit-identical on our boxes; the C++ kernels can differ in the last bit: sums in another order). It
+writes keys and values into the engine's KV cache layers, so it can take over from a transformers
+prefill or hand over to one. Models it does not cover (other architectures, rotary types that
+change with the length, sliding windows, biases on the MLP) keep the transformers path:
 `LeanLlama.supports` says which.
 
 The fused and packed weights are copies, rebuilt after any weight changes in place (the engine's
@@ -28,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pettingllms.rollout.engines import cpu_kernels
 from pettingllms.rollout.engines.hf_fast import mkldnn_bf16, pack_weight, packed_linear
 from pettingllms.utils.attention import attend
 
@@ -41,16 +47,25 @@ def _rope_type(config: Any) -> str:
 
 
 class _Linear:
-    """y = x W^T + b for one or several weights stacked on the output dimension."""
+    """y = x W^T + b for one or several weights stacked on the output dimension: the bf16 GEMV
+    kernel (`cpu_kernels`, over the model's own weights) for a few rows where it runs, else one
+    GEMM over a fused copy."""
 
-    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None]):
-        w = torch.cat([t.detach() for t in weights]) if len(weights) > 1 else weights[0].detach()
+    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None], kernel: Any = None):
+        self.sources = [t.detach() for t in weights]
+        w = torch.cat(self.sources) if len(weights) > 1 else self.sources[0]
         present = [b.detach() for b in biases if b is not None]
         self.bias = torch.cat(present) if present else None
         self.packed = w.dtype == torch.bfloat16 and w.device.type == "cpu" and mkldnn_bf16()
         self.weight = pack_weight(w) if self.packed else w.contiguous()
+        self.kernel = kernel if kernel is not None and cpu_kernels.takes(self.sources) else None
+        self.kernel_bias = self.bias.float() if self.bias is not None else torch.empty(0)  # fp32, as it adds
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None and x.numel() <= cpu_kernels.MAX_ROWS * x.shape[-1] and x.dtype == torch.bfloat16:
+            # cpu_kernels.gemv without its checks (per token, per layer): the rows, dtype and width hold here
+            out = self.kernel.gemv(x.reshape(-1, x.shape[-1]).contiguous(), self.sources, self.kernel_bias)
+            return out.reshape(*x.shape[:-1], out.shape[-1])
         return packed_linear(x, self.weight, self.bias) if self.packed else F.linear(x, self.weight, self.bias)
 
 
@@ -70,7 +85,8 @@ class LeanLlama:
                 and _rope_type(config) in _ROPE_TYPES
                 and hasattr(getattr(model, "model", None), "rotary_emb"))
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, kernels: bool = True):
+        """`kernels`: decode steps of 1-4 rows through the C++ kernels where they run (`cpu_kernels.load`)."""
         if not self.supports(model):
             raise ValueError(f"LeanLlama does not cover {type(model).__name__} with this config")
         config = model.config
@@ -81,25 +97,29 @@ class LeanLlama:
         self.eps = float(config.rms_norm_eps)
         self._watched = [p for p in model.parameters()] + [model.model.rotary_emb.inv_freq]
         self._key: tuple | None = None
+        w = model.model.embed_tokens.weight
+        bf16_cpu = w.dtype == torch.bfloat16 and w.device.type == "cpu"
+        self.kernel = cpu_kernels.load() if kernels and bf16_cpu else None  # built (or loaded) only where it runs
+        self._no_mask = torch.empty(0, dtype=torch.bool)
 
     def _build(self) -> None:
-        m = self.model
+        m, k = self.model, self.kernel
         self.layers, self.head = [], None  # the old copies go before the new ones are made
         for layer in m.model.layers:
             a, mlp = layer.self_attn, layer.mlp
             projections = (a.q_proj, a.k_proj, a.v_proj)
             self.layers.append((
                 layer.input_layernorm.weight,
-                _Linear([p.weight for p in projections], [p.bias for p in projections]),
-                _Linear([a.o_proj.weight], [a.o_proj.bias]),
+                _Linear([p.weight for p in projections], [p.bias for p in projections], k),
+                _Linear([a.o_proj.weight], [a.o_proj.bias], k),
                 layer.post_attention_layernorm.weight,
-                _Linear([mlp.gate_proj.weight, mlp.up_proj.weight], [None]),
-                _Linear([mlp.down_proj.weight], [None]),
+                _Linear([mlp.gate_proj.weight, mlp.up_proj.weight], [None], k),
+                _Linear([mlp.down_proj.weight], [None], k),
                 float(a.scaling)))
         self.intermediate = m.model.layers[0].mlp.gate_proj.weight.shape[0]
         self.norm = m.model.norm.weight
         self.embed = m.model.embed_tokens.weight
-        self.head = _Linear([m.lm_head.weight], [getattr(m.lm_head, "bias", None)])
+        self.head = _Linear([m.lm_head.weight], [getattr(m.lm_head, "bias", None)], k)
         self.inv_freq = m.model.rotary_emb.inv_freq.float()
         self.rope_scale = float(m.model.rotary_emb.attention_scaling)
 
@@ -139,6 +159,10 @@ class LeanLlama:
         sin = (angles.sin() * self.rope_scale).to(x.dtype)[:, :, None, :]
         attn_mask = self._mask(mask, length)
         causal = length > 1 and attn_mask is None
+        # A decode step's attention in one kernel call per layer (cpu_kernels.decode_attention);
+        # its key mask is [B, L] bool, or empty for "attend to all".
+        fused = self.kernel is not None and length == 1 and x.dtype == torch.bfloat16
+        key_mask = attn_mask[:, 0, 0].contiguous() if fused and attn_mask is not None else self._no_mask
         half, rotated = d // 2, (heads + kv_heads) * d
         for i, (norm1, qkv, out, norm2, gate_up, down, scaling) in enumerate(self.layers):
             y = qkv(self._rms(x, norm1))
@@ -148,7 +172,10 @@ class LeanLlama:
             k = qk[:, :, heads:].transpose(1, 2)
             v = y[..., rotated:].view(b, length, kv_heads, d).transpose(1, 2)
             k, v = cache.layers[i].update(k, v)
-            a = attend(q, k, v, attn_mask, scaling, causal)
+            if fused:  # skipping cpu_kernels.decode_attention's checks (per layer): the shapes hold here
+                a = self.kernel.decode_attention(qk[:, 0, :heads], k, v, key_mask, scaling)
+            else:
+                a = attend(q, k, v, attn_mask, scaling, causal)
             x = x + out(a.reshape(b, length, heads * d))
             y = gate_up(self._rms(x, norm2))
             x = x + down(F.silu(y[..., :self.intermediate]) * y[..., self.intermediate:])

@@ -1,0 +1,99 @@
+"""Weight streaming at decode-step shapes, side by side in one run: oneDNN's bf16 GEMM on packed
+weights (what the HF engine's lean forward runs at many rows), `F.linear` on plain bf16 weights,
+our bf16 GEMV kernel (`pettingllms/rollout/engines/cpu_kernels.py`, 1-4 rows), and a plain
+`torch.sum` over as many bytes (what the memory system gives one pass of reads).
+
+    .venv/bin/python scripts/bench/bench_gemv.py                     # 1 and 2 threads, 1-4 rows
+    .venv/bin/python scripts/bench/bench_gemv.py --rows 1 --threads 2
+
+The weights are random bf16 matrices of one decode step of a Llama-architecture model (default:
+the embedded SmolLM2-135M's shapes: per layer q/k/v fused, o, gate/up fused, down; then the LM
+head), 2-3x the box's last-level cache, so every pass reads them from memory. GB/s = weight bytes
+/ best-of-`--repeats` wall time of one pass over all layers. Prints a table with each path's ratio
+to oneDNN's and one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def shapes(model: str) -> list[tuple[int, int]]:
+    from transformers import AutoConfig
+
+    from pettingllms.utils.models import resolve_model_path
+
+    c = AutoConfig.from_pretrained(resolve_model_path(model))
+    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    h, kv = c.num_attention_heads * d, c.num_key_value_heads * d
+    layer = [(h + 2 * kv, c.hidden_size), (c.hidden_size, h), (2 * c.intermediate_size, c.hidden_size),
+             (c.hidden_size, c.intermediate_size)]
+    return layer * c.num_hidden_layers + [(c.vocab_size, c.hidden_size)]
+
+
+def best_pass(fn, weights, inputs, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for w, x in zip(weights, inputs):
+            fn(x, w)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="embedded:smollm2-135m-instruct", help="whose layer shapes to use")
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    import torch
+    import torch.nn.functional as F
+
+    from pettingllms.rollout.engines import cpu_kernels
+    from pettingllms.rollout.engines.hf_fast import mkldnn_bf16, pack_weight, packed_linear
+
+    kernel = cpu_kernels.load()
+    dims = shapes(args.model)
+    gen = torch.Generator().manual_seed(0)
+    plain = [torch.randn(n, k, generator=gen).to(torch.bfloat16) for n, k in dims]
+    packed = [pack_weight(w) for w in plain] if mkldnn_bf16() else None
+    nbytes = sum(w.numel() * 2 for w in plain)
+    flat = torch.randn(nbytes // 2, generator=gen).to(torch.bfloat16)
+    paths = {"F.linear": (lambda x, w: F.linear(x, w), plain)}
+    if packed is not None:
+        paths = {"oneDNN packed": (lambda x, w: packed_linear(x, w, None), packed), **paths}
+    if kernel is not None:
+        paths["bf16 GEMV kernel"] = (lambda x, w: cpu_kernels.gemv(kernel, x, [w], None), plain)
+    print(f"{len(dims)} weights, {nbytes / 1e6:.0f} MB per pass; kernel: {'yes' if kernel else 'not available here'}")
+    results = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        sum_s = best_pass(lambda x, w: x.sum(), [None], [flat], args.repeats)
+        for rows in args.rows:
+            inputs = [torch.randn(rows, k, generator=gen).to(torch.bfloat16) for _, k in dims]
+            row = {"threads": threads, "rows": rows, "sum_gb_s": nbytes / sum_s / 1e9}
+            for name, (fn, weights) in paths.items():
+                if name == "bf16 GEMV kernel" and rows > cpu_kernels.MAX_ROWS:
+                    continue
+                fn(inputs[0], weights[0])  # warm-up
+                row[name] = nbytes / best_pass(fn, weights, inputs, args.repeats) / 1e9
+            results.append(row)
+    names = list(paths)
+    print("| threads | rows | " + " | ".join(f"{n} (GB/s)" for n in names) + " | torch.sum (GB/s) | "
+          + " | ".join(f"{n} / {names[0]}" for n in names[1:]) + " |")
+    print("|---" * (3 + 2 * len(names)) + "|")
+    for r in results:
+        cells = [f"{r[n]:.1f}" if n in r else "-" for n in names]
+        ratios = [f"{r[n] / r[names[0]]:.2f}" if n in r else "-" for n in names[1:]]
+        print(f"| {r['threads']} | {r['rows']} | " + " | ".join(cells) + f" | {r['sum_gb_s']:.1f} | "
+              + " | ".join(ratios) + " |")
+    print(json.dumps({"model": args.model, "mb_per_pass": nbytes / 1e6, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""The CPU decode kernels: the bf16 GEMV (1-4 rows) and the decode-step attention compute what a
+float64 reference computes up to bf16 output rounding (several weights and a bias in one call; the
+cache's strided views, padding masks, grouped-query heads), the lean forward's routing, and the
+fallback to oneDNN and the matmul attention where the kernels cannot run."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pettingllms.rollout.engines import cpu_kernels
+from pettingllms.rollout.engines.hf import HFEngine
+from pettingllms.rollout.engines.lean_llama import LeanLlama, _Linear
+from pettingllms.utils.models import load_causal_lm
+
+KERNEL = cpu_kernels.load()
+needs_kernel = pytest.mark.skipif(KERNEL is None, reason="no AVX512-BF16 CPU or no C++ toolchain here")
+
+
+def reference(x, weights, bias):
+    out = x.double() @ torch.cat(weights).double().T
+    return out + bias.double() if bias is not None else out
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize("width", [576, 64, 40, 100], ids=["k576", "k64", "tail8", "tail4"])
+def test_matches_a_float64_reference(rows, width) -> None:
+    gen = torch.Generator().manual_seed(rows * 1000 + width)
+    weights = [torch.randn(n, width, generator=gen).to(torch.bfloat16) for n in (7, 64, 130)]
+    bias = torch.randn(201, generator=gen).to(torch.bfloat16)
+    x = torch.randn(rows, width, generator=gen).to(torch.bfloat16)
+    for b in (bias, None):
+        got = cpu_kernels.gemv(KERNEL, x, weights, b)
+        want = reference(x, weights, b)
+        assert got.dtype == torch.bfloat16 and got.shape == (rows, 201)
+        # the exact sum rounded to bf16 (2^-8 relative), plus fp32 summation error; a wrong row,
+        # weight boundary, tail or bias is off by O(1)
+        torch.testing.assert_close(got.double(), want, rtol=2 ** -8, atol=1e-3 * width ** 0.5)
+
+
+@needs_kernel
+def _attention_reference(q, k, v, key_mask, scale):
+    """softmax(q k^T * scale) v in float64, grouped-query heads, masked keys left out."""
+    group = q.shape[1] // k.shape[1]
+    kk = k.double().repeat_interleave(group, dim=1)
+    vv = v.double().repeat_interleave(group, dim=1)
+    scores = torch.einsum("bhd,bhld->bhl", q.double(), kk) * scale
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask[:, None, :], float("-inf"))
+    return torch.einsum("bhl,bhld->bhd", scores.softmax(-1), vv)
+
+
+@needs_kernel
+@pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padding"])
+@pytest.mark.parametrize("batch,heads,kv_heads,length", [(1, 9, 3, 70), (3, 4, 4, 5), (4, 8, 2, 33)])
+def test_decode_attention_matches_a_float64_reference(batch, heads, kv_heads, length, padded) -> None:
+    gen = torch.Generator().manual_seed(batch * 100 + length)
+    d, capacity = 64, length + 7
+    q = torch.randn(batch, 1, heads + kv_heads, d, generator=gen).to(torch.bfloat16)[:, 0, :heads]  # a strided view
+    kbuf = torch.randn(batch, kv_heads, capacity, d, generator=gen).to(torch.bfloat16)
+    vbuf = torch.randn(batch, kv_heads, capacity, d, generator=gen).to(torch.bfloat16)
+    k, v = kbuf[:, :, :length], vbuf[:, :, :length]  # the cache's views: room to grow after them
+    key_mask = None
+    if padded:  # row r starts r columns late; every row keeps at least its last key
+        key_mask = torch.ones(batch, length, dtype=torch.bool)
+        for r in range(batch):
+            key_mask[r, :min(r, length - 1)] = False
+    got = cpu_kernels.decode_attention(KERNEL, q, k, v, key_mask, 0.125)
+    want = _attention_reference(q, k, v, key_mask, 0.125)
+    assert got.dtype == torch.bfloat16 and got.shape == (batch, heads, d)
+    torch.testing.assert_close(got.double(), want, rtol=2 ** -8, atol=1e-3)
+
+
+@needs_kernel
+def test_refuses_inputs_it_does_not_take() -> None:
+    w = [torch.randn(8, 32).to(torch.bfloat16)]
+    for x in (torch.randn(5, 32).to(torch.bfloat16), torch.randn(1, 32), torch.randn(1, 16).to(torch.bfloat16)):
+        with pytest.raises(ValueError, match="bf16 GEMV takes"):
+            cpu_kernels.gemv(KERNEL, x, w, None)
+    assert not cpu_kernels.takes([torch.randn(8, 32)])  # fp32
+    q, kv = torch.zeros(1, 4, 8, dtype=torch.bfloat16), torch.zeros(1, 3, 5, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="decode attention takes"):  # 4 heads over 3 K/V heads
+        cpu_kernels.decode_attention(KERNEL, q, kv, kv, None, 1.0)
+    with pytest.raises(ValueError, match="key_mask must be"):
+        cpu_kernels.decode_attention(KERNEL, q, kv[:, :2], kv[:, :2], torch.ones(1, 4, dtype=torch.bool), 1.0)
+    assert not cpu_kernels.takes([torch.randn(32, 8).to(torch.bfloat16).T])  # not row-major
+
+
+class _Spy:
+    """Stands in for the compiled module: records calls, computes the reference."""
+
+    def __init__(self):
+        self.calls = []
+
+    def gemv(self, x, weights, bias):
+        self.calls.append(x.shape[0])
+        out = x.float() @ torch.cat(weights).float().T
+        return (out + bias if bias.numel() else out).to(torch.bfloat16)
+
+
+def test_lean_linear_takes_the_kernel_for_up_to_four_rows_only() -> None:
+    spy = _Spy()
+    weights = [torch.randn(16, 32).to(torch.bfloat16), torch.randn(8, 32).to(torch.bfloat16)]
+    linear = _Linear(weights, [None, None], spy)
+    for rows, via_kernel in ((1, True), (4, True), (5, False), (12, False)):
+        spy.calls.clear()
+        out = linear(torch.randn(1, rows, 32).to(torch.bfloat16))
+        assert out.shape == (1, rows, 24)
+        assert spy.calls == ([rows] if via_kernel else [])
+    assert _Linear([torch.randn(16, 32)], [None], spy).kernel is None  # fp32 weights: never
+
+
+def test_falls_back_where_it_cannot_run(monkeypatch) -> None:
+    monkeypatch.setattr(cpu_kernels, "_cpu_has_avx512_bf16", lambda: False)
+    assert cpu_kernels.load.__wrapped__() is None
+    monkeypatch.setattr(cpu_kernels, "_cpu_has_avx512_bf16", lambda: True)
+    monkeypatch.setenv("PETTINGLLMS_NO_CPU_KERNELS", "1")
+    assert cpu_kernels.load.__wrapped__() is None
+    monkeypatch.delenv("PETTINGLLMS_NO_CPU_KERNELS")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr("torch.utils.cpp_extension.load_inline", broken)
+    assert cpu_kernels.load.__wrapped__() is None  # logged, not raised
+
+
+def test_engine_option_turns_it_off() -> None:
+    on = HFEngine({"a": "tiny:test"}, dtype="bfloat16")
+    off = HFEngine({"a": "tiny:test"}, dtype="bfloat16", cpu_kernels=False)
+    assert off._slot("a").lean.kernel is None
+    assert on._slot("a").lean.kernel is KERNEL
+
+
+@needs_kernel
+def test_lean_decode_with_the_kernel_stays_close_to_onednn() -> None:
+    from test_lean_llama import run
+
+    model = load_causal_lm("tiny:test", "bfloat16")
+    with_kernel, without = LeanLlama(model), LeanLlama(model, kernels=False)
+    got = run(with_kernel.forward, model, [9, 5, 2], steps=4)
+    want = run(without.forward, model, [9, 5, 2], steps=4)
+    assert with_kernel.kernel is KERNEL and without.kernel is None
+    # prefill (its LM head runs on 3 rows: the kernel) and decode steps of 3 rows: a few bf16
+    # roundings apart at most; a wrong weight or offset is O(1)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0.05 * float(w.abs().max()))
