@@ -72,6 +72,22 @@ def test_decode_attention_matches_a_float64_reference(batch, heads, kv_heads, le
 
 
 @needs_kernel
+@pytest.mark.parametrize("rows", [1, 5])
+def test_rms_norm_matches_the_llama_norm(rows) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    x = (torch.randn(rows, 576, generator=gen) * 3).to(torch.bfloat16)
+    weight = torch.randn(576, generator=gen).to(torch.bfloat16)
+    xf = x.float()
+    want = weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
+    got = cpu_kernels.rms_norm(KERNEL, x, weight, 1e-5)
+    assert got.dtype == torch.bfloat16
+    # the same two roundings; the fp32 sum of squares in another order moves a value by one bf16 step at most
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7, atol=0)
+    with pytest.raises(ValueError, match="rms_norm takes"):
+        cpu_kernels.rms_norm(KERNEL, x, weight.float(), 1e-5)
+
+
+@needs_kernel
 def test_refuses_inputs_it_does_not_take() -> None:
     w = [torch.randn(8, 32).to(torch.bfloat16)]
     for x in (torch.randn(5, 32).to(torch.bfloat16), torch.randn(1, 32), torch.randn(1, 16).to(torch.bfloat16)):

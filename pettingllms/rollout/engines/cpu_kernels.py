@@ -57,9 +57,12 @@ static inline float bf16_value(uint16_t v) {
   return f;
 }
 
+static inline at::BFloat16 to_bf16(float f) { return at::BFloat16(f); }  // round to nearest even, as .to()
+
 // out[m, o] = sum_i x[m, i] * w[o, i] for one weight row o and M rows of x (M <= 4).
 template <int M>
-static void dot_row(const uint16_t* x, const uint16_t* row, int64_t k, float* out, int64_t out_stride) {
+static void dot_row(const uint16_t* x, const uint16_t* row, int64_t k, float bias, at::BFloat16* out,
+                    int64_t out_stride) {
   __m512 acc0[M], acc1[M];
   for (int m = 0; m < M; ++m) { acc0[m] = _mm512_setzero_ps(); acc1[m] = _mm512_setzero_ps(); }
   int64_t i = 0;
@@ -79,7 +82,7 @@ static void dot_row(const uint16_t* x, const uint16_t* row, int64_t k, float* ou
   for (int m = 0; m < M; ++m) {
     float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0[m], acc1[m]));
     for (int64_t j = i; j < k; ++j) s += bf16_value(row[j]) * bf16_value(x[m * k + j]);
-    out[m * out_stride] = s;
+    out[m * out_stride] = to_bf16(s + bias);
   }
 }
 
@@ -95,24 +98,45 @@ torch::Tensor gemv(torch::Tensor x, std::vector<torch::Tensor> weights, torch::T
     n += w.size(0);
   }
   offsets.push_back(n);
-  auto out = torch::empty({rows, n}, x.options().dtype(torch::kFloat));
+  auto out = torch::empty({rows, n}, x.options());
   const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
-  float* op = out.data_ptr<float>();
+  const float* bp = bias.numel() ? bias.data_ptr<float>() : nullptr;
+  at::BFloat16* op = out.data_ptr<at::BFloat16>();
   at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
     size_t j = 0;
     for (int64_t o = begin; o < end; ++o) {
       while (o >= offsets[j + 1]) ++j;
       const uint16_t* row = starts[j] + (o - offsets[j]) * k;
+      const float b = bp ? bp[o] : 0.f;  // added in fp32 before the one rounding, as oneDNN does
       switch (rows) {
-        case 1: dot_row<1>(xp, row, k, op + o, n); break;
-        case 2: dot_row<2>(xp, row, k, op + o, n); break;
-        case 3: dot_row<3>(xp, row, k, op + o, n); break;
-        default: dot_row<4>(xp, row, k, op + o, n); break;
+        case 1: dot_row<1>(xp, row, k, b, op + o, n); break;
+        case 2: dot_row<2>(xp, row, k, b, op + o, n); break;
+        case 3: dot_row<3>(xp, row, k, b, op + o, n); break;
+        default: dot_row<4>(xp, row, k, b, op + o, n); break;
       }
     }
   });
-  if (bias.numel()) out.add_(bias);
-  return out.to(torch::kBFloat16);
+  return out;
+}
+
+// RMSNorm of rows x [M, H] bf16 with weight [H] bf16, as the Llama norm computes it: fp32
+// x * rsqrt(mean(x^2) + eps), rounded to bf16, times the weight, rounded to bf16.
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+  const int64_t rows = x.size(0), h = x.size(1);
+  auto out = torch::empty_like(x);
+  const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
+  at::BFloat16* op = out.data_ptr<at::BFloat16>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = xp + r * h;
+    float squares = 0.f;
+    #pragma omp simd reduction(+:squares)
+    for (int64_t i = 0; i < h; ++i) squares += bf16_value(row[i]) * bf16_value(row[i]);
+    const float scale = 1.f / std::sqrt(squares / float(h) + float(eps));
+    for (int64_t i = 0; i < h; ++i)
+      op[r * h + i] = to_bf16(bf16_value(wp[i]) * float(to_bf16(bf16_value(row[i]) * scale)));
+  }
+  return out;
 }
 
 // One decode step's attention: q [B, H, D] (one query per row), k and v [B, KVH, L, D] (the cache's
@@ -130,11 +154,11 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   const int64_t ks0 = k.stride(0), ks1 = k.stride(1), ks2 = k.stride(2);
   const int64_t vs0 = v.stride(0), vs1 = v.stride(1), vs2 = v.stride(2);
   const int64_t ms0 = mp ? key_mask.stride(0) : 0;
-  auto out = torch::empty({batch, heads, dim}, q.options().dtype(torch::kFloat));
-  float* op = out.data_ptr<float>();
+  auto out = torch::empty({batch, heads, dim}, q.options());
+  at::BFloat16* op = out.data_ptr<at::BFloat16>();
   const float lowest = std::numeric_limits<float>::lowest();
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> query(dim), scores(len);
+    std::vector<float> query(dim), scores(len), o(dim);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, h = bh % heads, j = h / group;
       for (int64_t d = 0; d < dim; ++d) query[d] = bf16_value(qp[b * qs0 + h * qs1 + d]);
@@ -151,17 +175,17 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
       }
       float total = 0.f;
       for (int64_t t = 0; t < len; ++t) { scores[t] = std::exp(scores[t] - top); total += scores[t]; }
-      float* o = op + bh * dim;
-      for (int64_t d = 0; d < dim; ++d) o[d] = 0.f;
+      std::fill(o.begin(), o.end(), 0.f);
       for (int64_t t = 0; t < len; ++t) {
         const float p = scores[t] / total;
         const uint16_t* value = vp + b * vs0 + j * vs1 + t * vs2;
         #pragma omp simd
         for (int64_t d = 0; d < dim; ++d) o[d] += p * bf16_value(value[d]);
       }
+      for (int64_t d = 0; d < dim; ++d) op[bh * dim + d] = to_bf16(o[d]);
     }
   });
-  return out.to(torch::kBFloat16);
+  return out;
 }
 """
 
@@ -207,7 +231,7 @@ def load() -> Any | None:
         from torch.utils.cpp_extension import load_inline
 
         _ninja_on_path()
-        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=["gemv", "decode_attention"],
+        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=["gemv", "decode_attention", "rms_norm"],
                            extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], build_directory=_build_dir(),
                            verbose=False)
     except Exception as e:  # no compiler, no ninja, a toolchain without these intrinsics
@@ -247,3 +271,11 @@ def decode_attention(kernel: Any, query: torch.Tensor, key: torch.Tensor, value:
     if key_mask is not None and tuple(mask.shape) != (b, key.shape[2]):
         raise ValueError(f"key_mask must be [B, L] = {[b, key.shape[2]]}, got {list(mask.shape)}")
     return kernel.decode_attention(query, key, value, mask, float(scale))
+
+
+def rms_norm(kernel: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The Llama RMSNorm of bf16 rows x [M, H] with a bf16 weight [H] -> [M, H] bf16."""
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or weight.shape != x.shape[1:]:
+        raise ValueError(f"rms_norm takes bf16 x [M, H] and weight [H], got {list(x.shape)} {x.dtype}, "
+                         f"{list(weight.shape)} {weight.dtype}")
+    return kernel.rms_norm(x.contiguous(), weight.contiguous(), float(eps))

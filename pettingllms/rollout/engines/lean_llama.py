@@ -9,8 +9,8 @@ weight on its own. This forward runs the same ops on the model's own weights wit
 * q/k/v and gate/up concatenated into one GEMM each (the weights read in one pass), pre-packed
   into oneDNN's blocked layout for bf16 on CPU (`hf_fast.pack_weight`, for `pack_linears`' reason);
 * at 1-4 rows (a decode step of up to 4 sequences) every product through our bf16 GEMV kernel
-  instead, over the model's own weights, and every decode step's attention in one kernel call
-  (`cpu_kernels`, where the CPU has AVX512-BF16);
+  instead, over the model's own weights, and every decode step's attention and RMSNorms in one
+  kernel call each (`cpu_kernels`, where the CPU has AVX512-BF16);
 * rotary embedding applied to the queries and keys in one go;
 * attention through `pettingllms.utils.attention.attend`, the rule every model we load uses
   (its small-attention path in fp32 is what the decode-attention kernel computes too);
@@ -129,6 +129,12 @@ class LeanLlama:
             self._build()
             self._key = key
 
+    def _rms_kernel(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """`_rms` in one kernel call (decode steps; bf16 weights): cpu_kernels.rms_norm, unchecked."""
+        if weight.dtype != torch.bfloat16:
+            return self._rms(x, weight)
+        return self.kernel.rms_norm(x.reshape(-1, x.shape[-1]).contiguous(), weight, self.eps).view(x.shape)
+
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         xf = x.to(torch.promote_types(x.dtype, torch.float32))  # transformers' fp32 upcast
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -159,13 +165,14 @@ class LeanLlama:
         sin = (angles.sin() * self.rope_scale).to(x.dtype)[:, :, None, :]
         attn_mask = self._mask(mask, length)
         causal = length > 1 and attn_mask is None
-        # A decode step's attention in one kernel call per layer (cpu_kernels.decode_attention);
-        # its key mask is [B, L] bool, or empty for "attend to all".
+        # A decode step's attention and norms in one kernel call each (cpu_kernels); the
+        # attention's key mask is [B, L] bool, or empty for "attend to all".
         fused = self.kernel is not None and length == 1 and x.dtype == torch.bfloat16
         key_mask = attn_mask[:, 0, 0].contiguous() if fused and attn_mask is not None else self._no_mask
+        rms = self._rms_kernel if fused else self._rms
         half, rotated = d // 2, (heads + kv_heads) * d
         for i, (norm1, qkv, out, norm2, gate_up, down, scaling) in enumerate(self.layers):
-            y = qkv(self._rms(x, norm1))
+            y = qkv(rms(x, norm1))
             qk = y[..., :rotated].view(b, length, heads + kv_heads, d)
             qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
             q = qk[:, :, :heads].transpose(1, 2)
@@ -177,6 +184,6 @@ class LeanLlama:
             else:
                 a = attend(q, k, v, attn_mask, scaling, causal)
             x = x + out(a.reshape(b, length, heads * d))
-            y = gate_up(self._rms(x, norm2))
+            y = gate_up(rms(x, norm2))
             x = x + down(F.silu(y[..., :self.intermediate]) * y[..., self.intermediate:])
-        return self.head(self._rms(x[:, -1:], self.norm))[:, -1].float()
+        return self.head(rms(x[:, -1:], self.norm))[:, -1].float()
