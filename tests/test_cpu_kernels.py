@@ -128,11 +128,14 @@ def test_lean_linear_takes_the_kernel_for_up_to_four_rows_only() -> None:
 
 def test_falls_back_where_it_cannot_run(monkeypatch) -> None:
     monkeypatch.setattr(cpu_kernels, "_cpu_has_avx512_bf16", lambda: False)
-    assert cpu_kernels.load.__wrapped__() is None
+    assert cpu_kernels.load.__wrapped__() is None and not cpu_kernels.available()
     monkeypatch.setattr(cpu_kernels, "_cpu_has_avx512_bf16", lambda: True)
     monkeypatch.setenv("PETTINGLLMS_NO_CPU_KERNELS", "1")
-    assert cpu_kernels.load.__wrapped__() is None
+    assert cpu_kernels.load.__wrapped__() is None and not cpu_kernels.available()
     monkeypatch.delenv("PETTINGLLMS_NO_CPU_KERNELS")
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    assert not cpu_kernels.available()
+    monkeypatch.delenv("CXX")
 
     def broken(*args, **kwargs):
         raise RuntimeError("Ninja is required to load C++ extensions")

