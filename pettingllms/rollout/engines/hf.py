@@ -173,8 +173,9 @@ class HFEngine(RolloutEngine):
 
     @staticmethod
     def _merged(slot: _ModelSlot, name: str, factor: LoraFactor) -> torch.Tensor:
+        """base + delta in fp32 (`_write` rounds it to the model's dtype as it copies)."""
         base = slot.base[name]
-        return (base.float() + factor.delta().to(base.device)).to(slot.params[name].dtype)
+        return factor.delta().to(base.device).add_(base)
 
     @torch.no_grad()
     def _activate(self, slot: _ModelSlot, policy: str) -> None:

@@ -67,8 +67,10 @@ def lora_scaling(lora_config: dict[str, Any]) -> float:
 
 
 def lora_delta(a: Tensor, b: Tensor, scaling: float, fan_in_fan_out: bool = False) -> Tensor:
-    """The fp32 weight delta scaling * B @ A of one LoRA layer (out x in, like the base weight)."""
-    delta = (b.detach().float() @ a.detach().float()) * float(scaling)
+    """The fp32 weight delta scaling * B @ A of one LoRA layer (out x in, like the base weight).
+    The scaling multiplies B (out x r) rather than the product (out x in): one pass less over a
+    weight-sized tensor, and the same numbers for the usual power-of-two alpha / r."""
+    delta = (b.detach().float() * float(scaling)) @ a.detach().float()
     return delta.T if fan_in_fan_out else delta
 
 
