@@ -81,8 +81,9 @@ def test_rms_norm_matches_the_llama_norm(rows) -> None:
     want = weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
     got = cpu_kernels.rms_norm(KERNEL, x, weight, 1e-5)
     assert got.dtype == torch.bfloat16
-    # the same two roundings; the fp32 sum of squares in another order moves a value by one bf16 step at most
-    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7, atol=0)
+    # the same two bf16 roundings; an fp32 sum of squares in another order can move the first
+    # rounding by one bf16 step, and the second by one more: 2 steps of 2^-7 (relative) at most
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=0)
     with pytest.raises(ValueError, match="rms_norm takes"):
         cpu_kernels.rms_norm(KERNEL, x, weight.float(), 1e-5)
 
