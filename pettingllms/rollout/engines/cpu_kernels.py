@@ -218,24 +218,29 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
 
 
+def _cpu_reason() -> str | None:
+    """Why the kernels cannot run on this machine at all, or None."""
+    if os.environ.get("PETTINGLLMS_NO_CPU_KERNELS"):
+        return "off (PETTINGLLMS_NO_CPU_KERNELS is set)"
+    if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has_avx512_bf16():
+        return "this CPU has no AVX512-BF16"
+    return None
+
+
 def available() -> bool:
     """Whether `load()` can give the kernels here: the CPU has AVX512-BF16 and a C++ compiler is on
     PATH (cheap: builds nothing; a failing build still makes `load()` return None)."""
-    if os.environ.get("PETTINGLLMS_NO_CPU_KERNELS") or platform.machine() not in ("x86_64", "AMD64"):
-        return False
     import shutil
 
-    return _cpu_has_avx512_bf16() and shutil.which(os.environ.get("CXX", "c++")) is not None
+    return _cpu_reason() is None and shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
 @lru_cache(maxsize=1)
 def load() -> Any | None:
     """The compiled kernel module, or None (the reason logged) where it cannot run here."""
-    if os.environ.get("PETTINGLLMS_NO_CPU_KERNELS"):
-        log.info("CPU decode kernels off (PETTINGLLMS_NO_CPU_KERNELS is set)")
-        return None
-    if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has_avx512_bf16():
-        log.info("CPU decode kernels: this CPU has no AVX512-BF16; oneDNN and the matmul attention are used")
+    reason = _cpu_reason()
+    if reason is not None:
+        log.info("CPU decode kernels: %s; oneDNN and the matmul attention are used", reason)
         return None
     try:
         from torch.utils.cpp_extension import load_inline
