@@ -1,11 +1,12 @@
-"""The CPU decode kernels: the bf16 GEMV (1-4 rows) and the decode-step attention compute what a
-float64 reference computes up to bf16 output rounding (several weights and a bias in one call; the
+"""The CPU kernels: the bf16 GEMM over packed weights (any rows), SwiGLU and the decode-step attention compute what a float64 reference computes up to bf16 output
+rounding (several weights and a bias in one call; the
 cache's strided views, padding masks, grouped-query heads), the lean forward's routing, and the
 fallback to oneDNN and the matmul attention where the kernels cannot run."""
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from pettingllms.rollout.engines import cpu_kernels
 from pettingllms.rollout.engines.hf import HFEngine
@@ -22,20 +23,38 @@ def reference(x, weights, bias):
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [1, 2, 3, 4])
-@pytest.mark.parametrize("width", [576, 64, 40, 100], ids=["k576", "k64", "tail8", "tail4"])
-def test_matches_a_float64_reference(rows, width) -> None:
+@pytest.mark.parametrize("rows", [1, 3, 6, 7, 13, 40])
+@pytest.mark.parametrize("width", [576, 100, 2], ids=["k576", "k100", "k2"])
+def test_gemm_matches_a_float64_reference(rows, width) -> None:
     gen = torch.Generator().manual_seed(rows * 1000 + width)
+    # 7 + 64 + 130 = 201 columns: weight boundaries inside a 16-column block, a partial last block,
+    # and 13 blocks (three 64-column tasks and one of 16)
     weights = [torch.randn(n, width, generator=gen).to(torch.bfloat16) for n in (7, 64, 130)]
     bias = torch.randn(201, generator=gen).to(torch.bfloat16)
     x = torch.randn(rows, width, generator=gen).to(torch.bfloat16)
+    packed = cpu_kernels.pack(KERNEL, weights)
+    assert packed.shape == (13, width // 2, 16, 2)
     for b in (bias, None):
-        got = cpu_kernels.gemv(KERNEL, x, weights, b)
+        got = cpu_kernels.gemm(KERNEL, x, packed, 201, b)
         want = reference(x, weights, b)
         assert got.dtype == torch.bfloat16 and got.shape == (rows, 201)
-        # the exact sum rounded to bf16 (2^-8 relative), plus fp32 summation error; a wrong row,
-        # weight boundary, tail or bias is off by O(1)
         torch.testing.assert_close(got.double(), want, rtol=2 ** -8, atol=1e-3 * width ** 0.5)
+    with pytest.raises(ValueError, match="bf16 GEMM takes"):
+        cpu_kernels.gemm(KERNEL, x, packed, 209, None)  # more columns than were packed
+    with pytest.raises(ValueError, match="pack takes"):
+        cpu_kernels.pack(KERNEL, [torch.randn(4, 5).to(torch.bfloat16)])  # odd width
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 9])
+def test_silu_mul_rounds_as_torch_does(rows) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    y = (torch.randn(rows, 2 * 1536, generator=gen) * 4).to(torch.bfloat16)
+    want = F.silu(y[:, :1536]) * y[:, 1536:]
+    got = cpu_kernels.silu_mul(KERNEL, y)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, 1536)
+    # the same two bf16 roundings; exp in another implementation can move the first by one step
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=1e-30)
 
 
 @needs_kernel
@@ -52,10 +71,10 @@ def _attention_reference(q, k, v, key_mask, scale):
 
 @needs_kernel
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padding"])
-@pytest.mark.parametrize("batch,heads,kv_heads,length", [(1, 9, 3, 70), (3, 4, 4, 5), (4, 8, 2, 33)])
-def test_decode_attention_matches_a_float64_reference(batch, heads, kv_heads, length, padded) -> None:
+@pytest.mark.parametrize("batch,heads,kv_heads,length,d", [(1, 9, 3, 70, 64), (3, 4, 4, 5, 16), (4, 8, 2, 33, 128)])
+def test_decode_attention_matches_a_float64_reference(batch, heads, kv_heads, length, d, padded) -> None:
     gen = torch.Generator().manual_seed(batch * 100 + length)
-    d, capacity = 64, length + 7
+    capacity = length + 7
     q = torch.randn(batch, 1, heads + kv_heads, d, generator=gen).to(torch.bfloat16)[:, 0, :heads]  # a strided view
     kbuf = torch.randn(batch, kv_heads, capacity, d, generator=gen).to(torch.bfloat16)
     vbuf = torch.randn(batch, kv_heads, capacity, d, generator=gen).to(torch.bfloat16)
@@ -90,17 +109,22 @@ def test_rms_norm_matches_the_llama_norm(rows) -> None:
 
 @needs_kernel
 def test_refuses_inputs_it_does_not_take() -> None:
-    w = [torch.randn(8, 32).to(torch.bfloat16)]
-    for x in (torch.randn(5, 32).to(torch.bfloat16), torch.randn(1, 32), torch.randn(1, 16).to(torch.bfloat16)):
-        with pytest.raises(ValueError, match="bf16 GEMV takes"):
-            cpu_kernels.gemv(KERNEL, x, w, None)
+    packed = cpu_kernels.pack(KERNEL, [torch.randn(8, 32).to(torch.bfloat16)])
+    for x in (torch.randn(5, 32), torch.randn(1, 16).to(torch.bfloat16), torch.randn(0, 32).to(torch.bfloat16)):
+        with pytest.raises(ValueError, match="bf16 GEMM takes"):
+            cpu_kernels.gemm(KERNEL, x, packed, 8, None)
     assert not cpu_kernels.takes([torch.randn(8, 32)])  # fp32
-    q, kv = torch.zeros(1, 4, 8, dtype=torch.bfloat16), torch.zeros(1, 3, 5, 8, dtype=torch.bfloat16)
+    q, kv = torch.zeros(1, 4, 16, dtype=torch.bfloat16), torch.zeros(1, 3, 5, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="decode attention takes"):  # 4 heads over 3 K/V heads
         cpu_kernels.decode_attention(KERNEL, q, kv, kv, None, 1.0)
+    q24, kv24 = torch.zeros(1, 4, 24, dtype=torch.bfloat16), torch.zeros(1, 2, 5, 24, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="decode attention takes"):  # head size not a multiple of 16
+        cpu_kernels.decode_attention(KERNEL, q24, kv24, kv24, None, 1.0)
     with pytest.raises(ValueError, match="key_mask must be"):
         cpu_kernels.decode_attention(KERNEL, q, kv[:, :2], kv[:, :2], torch.ones(1, 4, dtype=torch.bool), 1.0)
     assert not cpu_kernels.takes([torch.randn(32, 8).to(torch.bfloat16).T])  # not row-major
+    with pytest.raises(ValueError, match="silu_mul takes"):
+        cpu_kernels.silu_mul(KERNEL, torch.zeros(2, 5, dtype=torch.bfloat16))
 
 
 class _Spy:
@@ -109,22 +133,30 @@ class _Spy:
     def __init__(self):
         self.calls = []
 
-    def gemv(self, x, weights, bias):
+    def pack_pairs(self, weights):
+        return torch.cat(weights)  # the spy's "packed" copy: the weights themselves
+
+    def gemm_packed(self, x, packed, n, bias):
         self.calls.append(x.shape[0])
-        out = x.float() @ torch.cat(weights).float().T
+        out = x.float() @ packed[:n].float().T
         return (out + bias if bias.numel() else out).to(torch.bfloat16)
 
 
-def test_lean_linear_takes_the_kernel_for_up_to_four_rows_only() -> None:
+def test_lean_linear_runs_every_row_count_through_the_kernel() -> None:
     spy = _Spy()
     weights = [torch.randn(16, 32).to(torch.bfloat16), torch.randn(8, 32).to(torch.bfloat16)]
-    linear = _Linear(weights, [None, None], spy)
-    for rows, via_kernel in ((1, True), (4, True), (5, False), (12, False)):
+    bias = torch.randn(24).to(torch.bfloat16)
+    linear = _Linear(weights, [bias[:16], bias[16:]], spy)
+    assert linear.weight is None  # no oneDNN copy next to the kernel's
+    for rows in (1, 4, 12):
         spy.calls.clear()
-        out = linear(torch.randn(1, rows, 32).to(torch.bfloat16))
-        assert out.shape == (1, rows, 24)
-        assert spy.calls == ([rows] if via_kernel else [])
+        x = torch.randn(1, rows, 32).to(torch.bfloat16)
+        out = linear(x)
+        assert out.shape == (1, rows, 24) and spy.calls == [rows]
+        want = x.float() @ torch.cat(weights).float().T + bias.float()
+        torch.testing.assert_close(out.float(), want.to(torch.bfloat16).float())
     assert _Linear([torch.randn(16, 32)], [None], spy).kernel is None  # fp32 weights: never
+    assert _Linear([torch.randn(16, 31).to(torch.bfloat16)], [None], spy).kernel is None  # odd width
 
 
 def test_falls_back_where_it_cannot_run(monkeypatch) -> None:

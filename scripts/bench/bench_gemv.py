@@ -1,16 +1,18 @@
 """Weight streaming at decode-step shapes, side by side in one run: oneDNN's bf16 GEMM on packed
-weights (what the HF engine's lean forward runs at many rows), `F.linear` on plain bf16 weights,
-our bf16 GEMV kernel (`pettingllms/rollout/engines/cpu_kernels.py`, 1-4 rows), and a plain
-`torch.sum` over as many bytes (what the memory system gives one pass of reads).
+weights (what the HF engine's lean forward runs without our kernels), `F.linear` on plain bf16
+weights, our bf16 GEMM kernel over its packed copy (`pettingllms/rollout/engines/cpu_kernels.py`),
+and a plain `torch.sum` over as many bytes (what the memory system gives one pass of reads).
 
-    .venv/bin/python scripts/bench/bench_gemv.py                     # 1 and 2 threads, 1-4 rows
-    .venv/bin/python scripts/bench/bench_gemv.py --rows 1 --threads 2
+    .venv/bin/python scripts/bench/bench_gemv.py                     # 1 and 2 threads, 1-32 rows
+    .venv/bin/python scripts/bench/bench_gemv.py --rows 1 2 3 4 --threads 2
+    .venv/bin/python scripts/bench/bench_gemv.py --rows 64 256 512 --threads 2   # prefill sizes
 
 The weights are random bf16 matrices of one decode step of a Llama-architecture model (default:
 the embedded SmolLM2-135M's shapes: per layer q/k/v fused, o, gate/up fused, down; then the LM
 head), 2-3x the box's last-level cache, so every pass reads them from memory. GB/s = weight bytes
-/ best-of-`--repeats` wall time of one pass over all layers. Prints a table with each path's ratio
-to oneDNN's and one JSON line.
+/ best-of-`--repeats` wall time of one pass over all layers (at many rows the pass is compute-bound:
+GFLOP/s = 2 x rows x weights / time is in the JSON). Prints a table with each path's ratio to
+oneDNN's and one JSON line.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def best_pass(fn, weights, inputs, repeats: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct", help="whose layer shapes to use")
-    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if packed is not None:
         paths = {"oneDNN packed": (lambda x, w: packed_linear(x, w, None), packed), **paths}
     if kernel is not None:
-        paths["bf16 GEMV kernel"] = (lambda x, w: cpu_kernels.gemv(kernel, x, [w], None), plain)
+        pairs = [(cpu_kernels.pack(kernel, [w]), w.shape[0]) for w in plain]
+        paths["bf16 GEMM kernel"] = (lambda x, w: cpu_kernels.gemm(kernel, x, w[0], w[1], None), pairs)
     print(f"{len(dims)} weights, {nbytes / 1e6:.0f} MB per pass; kernel: {'yes' if kernel else 'not available here'}")
     results = []
     for threads in args.threads:
@@ -75,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         sum_s = best_pass(lambda x, w: x.sum(), [None], [flat], args.repeats)
         for rows in args.rows:
             inputs = [torch.randn(rows, k, generator=gen).to(torch.bfloat16) for _, k in dims]
-            row = {"threads": threads, "rows": rows, "sum_gb_s": nbytes / sum_s / 1e9}
+            row = {"threads": threads, "rows": rows, "sum_gb_s": nbytes / sum_s / 1e9, "gflop_s": {}}
             for name, (fn, weights) in paths.items():
-                if name == "bf16 GEMV kernel" and rows > cpu_kernels.MAX_ROWS:
-                    continue
                 fn(inputs[0], weights[0])  # warm-up
-                row[name] = nbytes / best_pass(fn, weights, inputs, args.repeats) / 1e9
+                seconds = best_pass(fn, weights, inputs, args.repeats)
+                row[name] = nbytes / seconds / 1e9
+                row["gflop_s"][name] = rows * nbytes / seconds / 1e9  # 2 FLOPs per weight per row, 2 bytes a weight
             results.append(row)
     names = list(paths)
     print("| threads | rows | " + " | ".join(f"{n} (GB/s)" for n in names) + " | torch.sum (GB/s) | "

@@ -1,22 +1,27 @@
-"""Two C++ kernels for the decode steps of a few sequences on CPUs with AVX512-BF16.
+"""C++ kernels for the HF engine's bf16 forward on CPUs with AVX512-BF16.
 
-At one to four sequences a decode step of a small model is matrix-vector products over every weight
-plus many tiny ops, and both run far below what the machine gives:
+A decode step of a small model at 1-32 sequences is small matrix products over every weight plus
+many tiny ops, and both run far below what the machine gives (`scripts/bench/bench_gemv.py`,
+2 cores): oneDNN's bf16 GEMM reads the weights at 11-16 GB/s at 1-16 rows where a plain sum reads
+30, and reaches 220 GFLOP/s at 32 rows where a large matmul reaches ~390.
 
-* `gemv`: oneDNN's bf16 GEMM on such a product reads the weights at ~8-12 GB/s per core on our
-  boxes, where a plain sum reads 26 (`scripts/bench/bench_gemv.py`). This runs each output row as
-  `vdpbf16ps` dot products (32 bf16 pairs per instruction, fp32 accumulators) straight over the
-  model's own row-major weights: no packed copy, and several weights (q/k/v, gate/up) in one call
-  that writes one output.
+* `gemm` over a copy that `pack` makes (`[N/16, K/2, 16, 2]`: sixteen output columns' pairs along
+  K side by side): one `vdpbf16ps` multiplies a broadcast pair of x into sixteen outputs, 24 fp32
+  accumulators in registers (six rows by 64 columns), each weight block read once per six rows.
+  Several weights (q/k/v, gate/up) pack into one copy and one call. It replaces oneDNN's packed
+  copy (same size), and runs at any number of rows: 1.3-2.1x oneDNN at 1-32 rows, even at 64-256
+  (prefill) on our box.
 * `decode_attention`: one query per row against the KV cache, in one call per layer instead of
   the ~15 ops (conversions, two matmuls, scale, softmax, reshapes) the matmul attention runs,
   whose fixed cost per op dominates at these sizes.
+* `rms_norm` and `silu_mul` (SwiGLU): one call each instead of five and three ops.
 
 Numbers: as the ops they replace compute them (bf16 products exact in fp32, fp32 sums, fp32
-softmax) but summed in another order, so results can differ in the last bf16 bit (the tests hold
-both to float64 references). `vdpbf16ps` treats denormal inputs as zero.
+softmax, the same bf16 roundings) but summed in another order, so results can differ in the last
+bf16 bit (the tests hold them to float64 references or to torch's ops). `vdpbf16ps` treats
+denormal inputs as zero.
 
-The source is compiled on first use (`torch.utils.cpp_extension.load_inline`, about 35 s on 2
+The source is compiled on first use (`torch.utils.cpp_extension.load_inline`, about 40 s on 2
 cores) into `<cache root>/kernels/`, then loaded from there (~1 s). `load()` returns None, and the
 lean forward keeps oneDNN and the matmul attention, where the CPU lacks AVX512-BF16 or the build
 fails (no compiler): the reason is logged once.
@@ -36,8 +41,7 @@ log = logging.getLogger(__name__)
 
 # -fopenmp: at::parallel_for splits the rows over torch's threads only when built with OpenMP (the
 # process's libgomp, the one torch loaded, is the one used)
-_CFLAGS = ["-O3", "-mavx512f", "-mavx512bf16", "-fopenmp"]
-MAX_ROWS = 4  # inputs with more rows than this go to the GEMM (the weights are reused across rows there)
+_CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -59,62 +63,148 @@ static inline float bf16_value(uint16_t v) {
 
 static inline at::BFloat16 to_bf16(float f) { return at::BFloat16(f); }  // round to nearest even, as .to()
 
-// out[m, o] = sum_i x[m, i] * w[o, i] for one weight row o and M rows of x (M <= 4).
-template <int M>
-static void dot_row(const uint16_t* x, const uint16_t* row, int64_t k, float bias, at::BFloat16* out,
-                    int64_t out_stride) {
-  __m512 acc0[M], acc1[M];
-  for (int m = 0; m < M; ++m) { acc0[m] = _mm512_setzero_ps(); acc1[m] = _mm512_setzero_ps(); }
-  int64_t i = 0;
-  for (; i + 64 <= k; i += 64) {
-    __m512bh w0 = (__m512bh)_mm512_loadu_si512(row + i);
-    __m512bh w1 = (__m512bh)_mm512_loadu_si512(row + i + 32);
-    for (int m = 0; m < M; ++m) {
-      acc0[m] = _mm512_dpbf16_ps(acc0[m], w0, (__m512bh)_mm512_loadu_si512(x + m * k + i));
-      acc1[m] = _mm512_dpbf16_ps(acc1[m], w1, (__m512bh)_mm512_loadu_si512(x + m * k + i + 32));
+// sixteen bf16 (the first `count` of them; zeros after) as fp32
+static inline __m512 load_bf16(const uint16_t* p, int count = 16) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(__mmask16((1u << count) - 1), p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// fp32 -> bf16, round to nearest even (as to_bf16), the first `count` of sixteen stored
+static inline void store_bf16(uint16_t* p, __m512 x, int count = 16) {
+  _mm256_mask_storeu_epi16(p, __mmask16((1u << count) - 1), (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+static inline __m512 round_bf16(__m512 x) {  // the bf16 rounding, kept in fp32
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x)), 16));
+}
+
+// e^x in fp32, to about 2 ulp: x = n ln2 + r with |r| <= ln2/2 (ln2 in two parts), e^r by its
+// degree-7 Taylor-like polynomial (Cephes' coefficients), times 2^n; 0 below about -104.
+static inline __m512 exp_ps(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// The weights (each [N_j, K] bf16, stacked on the output) as [ceil(N/16), K/2, 16, 2]: sixteen output
+// columns' consecutive pairs along K side by side, zero-padded on N, so that one `vdpbf16ps`
+// multiplies a pair of x (broadcast) into sixteen outputs at once.
+torch::Tensor pack_pairs(std::vector<torch::Tensor> weights) {
+  const int64_t k = weights[0].size(1);
+  std::vector<const uint16_t*> rows;
+  for (auto& w : weights) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+    for (int64_t r = 0; r < w.size(0); ++r) rows.push_back(p + r * k);
+  }
+  const int64_t n = int64_t(rows.size()), blocks = (n + 15) / 16, pairs = k / 2;
+  auto out = torch::zeros({blocks, pairs, 16, 2}, weights[0].options());
+  uint16_t* dst = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t c = 0; c < 16 && b * 16 + c < n; ++c) {
+        const uint32_t* row = reinterpret_cast<const uint32_t*>(rows[b * 16 + c]);
+        uint32_t* d = reinterpret_cast<uint32_t*>(dst + b * pairs * 32) + c;
+        for (int64_t p = 0; p < pairs; ++p) d[p * 16] = row[p];
+      }
+  });
+  return out;
+}
+
+// MR rows of x times NV blocks of sixteen packed columns, in MR x NV fp32 accumulators (registers).
+template <int MR, int NV>
+static inline void gemm_tile(const uint16_t* x, int64_t k, const uint16_t* w, int64_t block_stride,
+                             const float* bias, int64_t col0, int64_t n, at::BFloat16* out) {
+  __m512 acc[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k / 2; ++p) {
+    __m512bh wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + v * block_stride + p * 32);
+    for (int m = 0; m < MR; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, x + m * k + 2 * p, 4);
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], wv[v], xv);
     }
   }
-  for (; i + 32 <= k; i += 32) {
-    __m512bh w0 = (__m512bh)_mm512_loadu_si512(row + i);
-    for (int m = 0; m < M; ++m)
-      acc0[m] = _mm512_dpbf16_ps(acc0[m], w0, (__m512bh)_mm512_loadu_si512(x + m * k + i));
-  }
-  for (int m = 0; m < M; ++m) {
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0[m], acc1[m]));
-    for (int64_t j = i; j < k; ++j) s += bf16_value(row[j]) * bf16_value(x[m * k + j]);
-    out[m * out_stride] = to_bf16(s + bias);
+  for (int v = 0; v < NV; ++v) {
+    const int64_t c = col0 + v * 16;
+    const __mmask16 valid = __mmask16((1u << std::min<int64_t>(16, n - c)) - 1);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(valid, bias + c) : _mm512_setzero_ps();
+    for (int m = 0; m < MR; ++m) {  // bias added in fp32 before the one rounding, as oneDNN does
+      const __m256bh r = _mm512_cvtneps_pbh(_mm512_add_ps(acc[m][v], b));
+      _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(out + m * n + c), valid, (__m256i)r);
+    }
   }
 }
 
-// x [M, K] bf16; weights: [N_j, K] bf16 each, stacked on the output; bias: fp32 [sum N_j] or empty.
-torch::Tensor gemv(torch::Tensor x, std::vector<torch::Tensor> weights, torch::Tensor bias) {
-  const int64_t rows = x.size(0), k = x.size(1);
-  int64_t n = 0;
-  std::vector<const uint16_t*> starts;
-  std::vector<int64_t> offsets;
-  for (auto& w : weights) {
-    offsets.push_back(n);
-    starts.push_back(reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()));
-    n += w.size(0);
+template <int NV>
+static void gemm_rows(int mr, const uint16_t* x, int64_t k, const uint16_t* w, int64_t bs, const float* bias,
+                      int64_t col0, int64_t n, at::BFloat16* out) {
+  switch (mr) {
+    case 1: gemm_tile<1, NV>(x, k, w, bs, bias, col0, n, out); break;
+    case 2: gemm_tile<2, NV>(x, k, w, bs, bias, col0, n, out); break;
+    case 3: gemm_tile<3, NV>(x, k, w, bs, bias, col0, n, out); break;
+    case 4: gemm_tile<4, NV>(x, k, w, bs, bias, col0, n, out); break;
+    case 5: gemm_tile<5, NV>(x, k, w, bs, bias, col0, n, out); break;
+    default: gemm_tile<6, NV>(x, k, w, bs, bias, col0, n, out); break;
   }
-  offsets.push_back(n);
+}
+
+// x [M, K] bf16 (K even) times the n-column weight packed by pack_pairs, plus bias (fp32 [n] or
+// empty) -> [M, n] bf16. Threads take 64 columns each; rows go six at a time, 24 accumulators.
+torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Tensor bias) {
+  const int64_t rows = x.size(0), k = x.size(1), blocks = packed.size(0), bs = (k / 2) * 32;
   auto out = torch::empty({rows, n}, x.options());
   const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
   const float* bp = bias.numel() ? bias.data_ptr<float>() : nullptr;
   at::BFloat16* op = out.data_ptr<at::BFloat16>();
-  at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
-    size_t j = 0;
-    for (int64_t o = begin; o < end; ++o) {
-      while (o >= offsets[j + 1]) ++j;
-      const uint16_t* row = starts[j] + (o - offsets[j]) * k;
-      const float b = bp ? bp[o] : 0.f;  // added in fp32 before the one rounding, as oneDNN does
-      switch (rows) {
-        case 1: dot_row<1>(xp, row, k, b, op + o, n); break;
-        case 2: dot_row<2>(xp, row, k, b, op + o, n); break;
-        case 3: dot_row<3>(xp, row, k, b, op + o, n); break;
-        default: dot_row<4>(xp, row, k, b, op + o, n); break;
+  at::parallel_for(0, (blocks + 3) / 4, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t b = g * 4, nv = std::min<int64_t>(4, blocks - b);
+      for (int64_t m0 = 0; m0 < rows; m0 += 6) {
+        const int mr = int(std::min<int64_t>(6, rows - m0));
+        const uint16_t* xm = xp + m0 * k;
+        at::BFloat16* om = op + m0 * n;
+        switch (nv) {
+          case 1: gemm_rows<1>(mr, xm, k, wp + b * bs, bs, bp, b * 16, n, om); break;
+          case 2: gemm_rows<2>(mr, xm, k, wp + b * bs, bs, bp, b * 16, n, om); break;
+          case 3: gemm_rows<3>(mr, xm, k, wp + b * bs, bs, bp, b * 16, n, om); break;
+          default: gemm_rows<4>(mr, xm, k, wp + b * bs, bs, bp, b * 16, n, om); break;
+        }
       }
     }
+  });
+  return out;
+}
+
+// SwiGLU of rows y [M, 2I] bf16 (gate | up): silu(gate) * up, each op rounded to bf16 as torch's
+// bf16 F.silu and mul round them -> [M, I] bf16.
+torch::Tensor silu_mul(torch::Tensor y) {
+  const int64_t rows = y.size(0), inter = y.size(1) / 2;
+  auto out = torch::empty({rows, inter}, y.options());
+  const uint16_t* yp = reinterpret_cast<const uint16_t*>(y.data_ptr<at::BFloat16>());
+  uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const __m512 one = _mm512_set1_ps(1.f);
+  at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t i = 0; i < inter; i += 16) {
+        const int count = int(std::min<int64_t>(16, inter - i));
+        const __m512 g = load_bf16(yp + r * 2 * inter + i, count), u = load_bf16(yp + r * 2 * inter + inter + i, count);
+        const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        store_bf16(op + r * inter + i, _mm512_mul_ps(round_bf16(silu), u), count);
+      }
   });
   return out;
 }
@@ -142,10 +232,13 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
 // One decode step's attention: q [B, H, D] (one query per row), k and v [B, KVH, L, D] (the cache's
 // views: any strides, unit stride on D), key_mask [B, L] bool (true: attend) or empty. fp32 scores,
 // softmax and weighted sum, as the engine's matmul attention computes them; -> [B, H, D] bf16.
+// A thread takes one (row, K/V head) and the query heads that share it, so each key and value
+// row is read once for all of them; sixteen lanes along D (D a multiple of 16).
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor key_mask,
                                double scale) {
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
-  const int64_t kv_heads = k.size(1), len = k.size(2), group = heads / kv_heads;
+  const int64_t kv_heads = k.size(1), len = k.size(2), group = heads / kv_heads, chunks = dim / 16;
+  TORCH_CHECK(dim % 16 == 0 && chunks <= 16, "decode_attention: head dim must be a multiple of 16, at most 256");
   const uint16_t* qp = reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>());
   const uint16_t* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
   const uint16_t* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
@@ -155,34 +248,56 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   const int64_t vs0 = v.stride(0), vs1 = v.stride(1), vs2 = v.stride(2);
   const int64_t ms0 = mp ? key_mask.stride(0) : 0;
   auto out = torch::empty({batch, heads, dim}, q.options());
-  at::BFloat16* op = out.data_ptr<at::BFloat16>();
+  uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const float lowest = std::numeric_limits<float>::lowest();
-  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> query(dim), scores(len), o(dim);
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / heads, h = bh % heads, j = h / group;
-      for (int64_t d = 0; d < dim; ++d) query[d] = bf16_value(qp[b * qs0 + h * qs1 + d]);
-      float top = lowest;
+  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(group * len), top(group), total(group);
+    std::vector<__m512> query(group * chunks), o(group * chunks);
+    for (int64_t bj = begin; bj < end; ++bj) {
+      const int64_t b = bj / kv_heads, j = bj % kv_heads;
+      for (int64_t g = 0; g < group; ++g) {
+        for (int64_t c = 0; c < chunks; ++c) query[g * chunks + c] = load_bf16(qp + b * qs0 + (j * group + g) * qs1 + c * 16);
+        top[g] = lowest;
+      }
       for (int64_t t = 0; t < len; ++t) {
         const uint16_t* key = kp + b * ks0 + j * ks1 + t * ks2;
-        float s = 0.f;
-        #pragma omp simd reduction(+:s)
-        for (int64_t d = 0; d < dim; ++d) s += query[d] * bf16_value(key[d]);
-        s *= float(scale);
-        if (mp && !mp[b * ms0 + t]) s = lowest;  // as masked_fill with the lowest float
-        scores[t] = s;
-        top = std::max(top, s);
+        const bool masked = mp && !mp[b * ms0 + t];
+        __m512 kc[16];
+        for (int64_t c = 0; c < chunks; ++c) kc[c] = load_bf16(key + c * 16);
+        for (int64_t g = 0; g < group; ++g) {
+          __m512 acc = _mm512_mul_ps(query[g * chunks], kc[0]);
+          for (int64_t c = 1; c < chunks; ++c) acc = _mm512_fmadd_ps(query[g * chunks + c], kc[c], acc);
+          const float s = masked ? lowest : _mm512_reduce_add_ps(acc) * float(scale);  // as masked_fill
+          scores[g * len + t] = s;
+          top[g] = std::max(top[g], s);
+        }
       }
-      float total = 0.f;
-      for (int64_t t = 0; t < len; ++t) { scores[t] = std::exp(scores[t] - top); total += scores[t]; }
-      std::fill(o.begin(), o.end(), 0.f);
+      for (int64_t g = 0; g < group; ++g) {  // exp(s - max), masked keys exactly 0, and their sum
+        float* row = scores.data() + g * len;
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t t = 0; t < len; t += 16) {
+          const int count = int(std::min<int64_t>(16, len - t));
+          const __mmask16 valid = __mmask16((1u << count) - 1);
+          const __m512 s = _mm512_maskz_loadu_ps(valid, row + t);
+          const __mmask16 keep = _mm512_mask_cmp_ps_mask(valid, s, _mm512_set1_ps(lowest), _CMP_NEQ_OQ);
+          const __m512 e = _mm512_maskz_mov_ps(keep, exp_ps(_mm512_sub_ps(s, _mm512_set1_ps(top[g]))));
+          _mm512_mask_storeu_ps(row + t, valid, e);
+          sum = _mm512_add_ps(sum, e);
+        }
+        total[g] = _mm512_reduce_add_ps(sum);
+        for (int64_t c = 0; c < chunks; ++c) o[g * chunks + c] = _mm512_setzero_ps();
+      }
       for (int64_t t = 0; t < len; ++t) {
-        const float p = scores[t] / total;
         const uint16_t* value = vp + b * vs0 + j * vs1 + t * vs2;
-        #pragma omp simd
-        for (int64_t d = 0; d < dim; ++d) o[d] += p * bf16_value(value[d]);
+        __m512 vc[16];
+        for (int64_t c = 0; c < chunks; ++c) vc[c] = load_bf16(value + c * 16);
+        for (int64_t g = 0; g < group; ++g) {
+          const __m512 p = _mm512_set1_ps(scores[g * len + t] / total[g]);
+          for (int64_t c = 0; c < chunks; ++c) o[g * chunks + c] = _mm512_fmadd_ps(p, vc[c], o[g * chunks + c]);
+        }
       }
-      for (int64_t d = 0; d < dim; ++d) op[bh * dim + d] = to_bf16(o[d]);
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t c = 0; c < chunks; ++c) store_bf16(op + (b * heads + j * group + g) * dim + c * 16, o[g * chunks + c]);
     }
   });
   return out;
@@ -190,10 +305,13 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
 """
 
 
+_CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}  # what _CFLAGS let the compiler use
+
+
 def _cpu_has_avx512_bf16() -> bool:
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and "avx512_bf16" in line.split() for line in f)
+            return any(line.startswith("flags") and _CPU_FLAGS <= set(line.split()) for line in f)
     except OSError:
         return False
 
@@ -246,7 +364,7 @@ def load() -> Any | None:
         from torch.utils.cpp_extension import load_inline
 
         _ninja_on_path()
-        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=["gemv", "decode_attention", "rms_norm"],
+        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=["pack_pairs", "gemm_packed", "silu_mul", "decode_attention", "rms_norm"],
                            extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], build_directory=_build_dir(),
                            verbose=False)
     except Exception as e:  # no compiler, no ninja, a toolchain without these intrinsics
@@ -256,19 +374,43 @@ def load() -> Any | None:
 
 
 def takes(weights: Sequence[torch.Tensor]) -> bool:
-    """Whether `gemv` runs on these weights: bf16 on the CPU, row-major, one input width."""
-    return bool(weights) and all(w.dtype == torch.bfloat16 and w.dim() == 2 and w.is_contiguous()
-                                 and w.device.type == "cpu" and w.shape[1] == weights[0].shape[1] for w in weights)
+    """Whether `pack` takes these weights: bf16 on the CPU, row-major, one even input
+    width (`gemm` multiplies pairs along it)."""
+    return bool(weights) and weights[0].dim() == 2 and weights[0].shape[1] % 2 == 0 and all(
+        w.dtype == torch.bfloat16 and w.dim() == 2 and w.is_contiguous() and w.device.type == "cpu"
+        and w.shape[1] == weights[0].shape[1] for w in weights)
 
 
-def gemv(kernel: Any, x: torch.Tensor, weights: Sequence[torch.Tensor], bias: torch.Tensor | None) -> torch.Tensor:
-    """x [M, K] bf16 (1 <= M <= MAX_ROWS) times the weights (`takes`) stacked on the output
-    dimension, plus bias -> [M, sum N] bf16."""
-    if not 1 <= x.shape[0] <= MAX_ROWS or x.dim() != 2 or x.dtype != torch.bfloat16 or x.shape[1] != weights[0].shape[1]:
-        raise ValueError(f"bf16 GEMV takes [1..{MAX_ROWS}, {weights[0].shape[1]}] bf16 inputs, got "
-                         f"{list(x.shape)} {x.dtype}")
+def pack(kernel: Any, weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The weights (`takes`) stacked on the output dimension, in `gemm`'s layout (a copy:
+    [ceil(N / 16), K / 2, 16, 2] bf16, zero-padded)."""
+    if not takes(weights):
+        raise ValueError("pack takes row-major bf16 CPU weights [N_j, K] with one even K")
+    return kernel.pack_pairs(list(weights))
+
+
+def gemm(kernel: Any, x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [M, K] bf16 (any M >= 1) times the `n`-column weight `pack` made, plus bias -> [M, n] bf16."""
+    k = packed.shape[1] * 2
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or x.shape[1] != k or not 0 < n <= packed.shape[0] * 16 \
+            or x.shape[0] < 1:
+        raise ValueError(f"bf16 GEMM takes [M >= 1, {k}] bf16 inputs and 1..{packed.shape[0] * 16} columns, got "
+                         f"{list(x.shape)} {x.dtype}, n={n}")
     b = bias.float().contiguous() if bias is not None else x.new_empty(0, dtype=torch.float32)
-    return kernel.gemv(x.contiguous(), list(weights), b)
+    return kernel.gemm_packed(x.contiguous(), packed, int(n), b)
+
+
+def silu_mul(kernel: Any, y: torch.Tensor) -> torch.Tensor:
+    """SwiGLU of bf16 rows y [M, 2I] (gate | up): silu(gate) * up -> [M, I] bf16, rounded as
+    torch's bf16 ops round."""
+    if y.dim() != 2 or y.dtype != torch.bfloat16 or y.shape[1] % 2:
+        raise ValueError(f"silu_mul takes bf16 [M, 2I], got {list(y.shape)} {y.dtype}")
+    return kernel.silu_mul(y.contiguous())
+
+
+def attention_takes(head_dim: int) -> bool:
+    """Whether `decode_attention` runs at this head size (sixteen lanes along it, at most 256)."""
+    return head_dim % 16 == 0 and 0 < head_dim <= 256
 
 
 def decode_attention(kernel: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -278,9 +420,10 @@ def decode_attention(kernel: Any, query: torch.Tensor, key: torch.Tensor, value:
     (True: attend) or None -> [B, H, D] bf16."""
     b, heads, d = query.shape
     if (query.dtype, key.dtype, value.dtype) != (torch.bfloat16,) * 3 or key.shape != value.shape \
-            or key.shape[0] != b or key.shape[3] != d or heads % key.shape[1] \
+            or key.shape[0] != b or key.shape[3] != d or heads % key.shape[1] or not attention_takes(d) \
             or min(query.stride(-1), key.stride(-1), value.stride(-1)) != 1:
-        raise ValueError(f"decode attention takes bf16 q [B, H, D] and k/v [B, KVH, L, D] with unit stride on D, "
+        raise ValueError(f"decode attention takes bf16 q [B, H, D] and k/v [B, KVH, L, D] with unit stride on D "
+                         f"(D a multiple of 16, at most 256), "
                          f"got {list(query.shape)}, {list(key.shape)}, {list(value.shape)}")
     mask = key_mask.to(torch.bool).contiguous() if key_mask is not None else torch.empty(0, dtype=torch.bool)
     if key_mask is not None and tuple(mask.shape) != (b, key.shape[2]):

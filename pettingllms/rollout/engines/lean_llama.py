@@ -7,10 +7,11 @@ objects, keyword plumbing), and run q/k/v and gate/up as separate GEMMs, each st
 weight on its own. This forward runs the same ops on the model's own weights with
 
 * q/k/v and gate/up concatenated into one GEMM each (the weights read in one pass), pre-packed
-  into oneDNN's blocked layout for bf16 on CPU (`hf_fast.pack_weight`, for `pack_linears`' reason);
-* at 1-4 rows (a decode step of up to 4 sequences) every product through our bf16 GEMV kernel
-  instead, over the model's own weights, and every decode step's attention and RMSNorms in one
-  kernel call each (`cpu_kernels`, where the CPU has AVX512-BF16);
+  for bf16 on CPU: into our GEMM kernel's layout where the CPU has AVX512-BF16 (`cpu_kernels`,
+  1.3-2x oneDNN at decode sizes), else into oneDNN's (`hf_fast.pack_weight`, for `pack_linears`'
+  reason);
+* with the kernels, SwiGLU in one call, and every decode step's attention and RMSNorms in one
+  call each;
 * rotary embedding applied to the queries and keys in one go;
 * attention through `pettingllms.utils.attention.attend`, the rule every model we load uses
   (its small-attention path in fp32 is what the decode-attention kernel computes too);
@@ -47,25 +48,30 @@ def _rope_type(config: Any) -> str:
 
 
 class _Linear:
-    """y = x W^T + b for one or several weights stacked on the output dimension: the bf16 GEMV
-    kernel (`cpu_kernels`, over the model's own weights) for a few rows where it runs, else one
-    GEMM over a fused copy."""
+    """y = x W^T + b for one or several weights stacked on the output dimension: one GEMM over a
+    fused, packed copy, our bf16 kernel's (`cpu_kernels.gemm`) where it runs, else oneDNN's."""
 
     def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None], kernel: Any = None):
         self.sources = [t.detach() for t in weights]
-        w = torch.cat(self.sources) if len(weights) > 1 else self.sources[0]
         present = [b.detach() for b in biases if b is not None]
         self.bias = torch.cat(present) if present else None
+        self.kernel = kernel if kernel is not None and cpu_kernels.takes(self.sources) else None
+        self.columns = sum(t.shape[0] for t in self.sources)
+        if self.kernel is not None:  # the kernel's packed copy instead of oneDNN's (one copy in memory)
+            self.pairs = self.kernel.pack_pairs(self.sources)
+            self.kernel_bias = self.bias.float() if self.bias is not None else torch.empty(0)  # fp32, as it adds
+            self.packed, self.weight = False, None
+            return
+        w = torch.cat(self.sources) if len(weights) > 1 else self.sources[0]
         self.packed = w.dtype == torch.bfloat16 and w.device.type == "cpu" and mkldnn_bf16()
         self.weight = pack_weight(w) if self.packed else w.contiguous()
-        self.kernel = kernel if kernel is not None and cpu_kernels.takes(self.sources) else None
-        self.kernel_bias = self.bias.float() if self.bias is not None else torch.empty(0)  # fp32, as it adds
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel is not None and x.numel() <= cpu_kernels.MAX_ROWS * x.shape[-1] and x.dtype == torch.bfloat16:
-            # cpu_kernels.gemv without its checks (per token, per layer): the rows, dtype and width hold here
-            out = self.kernel.gemv(x.reshape(-1, x.shape[-1]).contiguous(), self.sources, self.kernel_bias)
-            return out.reshape(*x.shape[:-1], out.shape[-1])
+        if self.kernel is not None:
+            # cpu_kernels.gemm without its checks (per token, per layer): the shapes hold here
+            rows = x.reshape(-1, x.shape[-1]).contiguous()
+            out = self.kernel.gemm_packed(rows, self.pairs, self.columns, self.kernel_bias)
+            return out.reshape(*x.shape[:-1], self.columns)
         return packed_linear(x, self.weight, self.bias) if self.packed else F.linear(x, self.weight, self.bias)
 
 
@@ -130,6 +136,12 @@ class LeanLlama:
             self._build()
             self._key = key
 
+    def _swiglu(self, y: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of the fused gate/up output: one kernel call where the kernels run."""
+        if self.kernel is not None and y.dtype == torch.bfloat16:
+            return self.kernel.silu_mul(y.reshape(-1, y.shape[-1])).view(*y.shape[:-1], self.intermediate)
+        return F.silu(y[..., :self.intermediate]) * y[..., self.intermediate:]
+
     def _rms_kernel(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """`_rms` in one kernel call (decode steps; bf16 weights): cpu_kernels.rms_norm, unchecked."""
         if weight.dtype != torch.bfloat16:
@@ -169,7 +181,8 @@ class LeanLlama:
         # A decode step's attention and norms in one kernel call each (cpu_kernels); the
         # attention's key mask is [B, L] bool, or empty for "attend to all".
         fused = self.kernel is not None and length == 1 and x.dtype == torch.bfloat16
-        key_mask = attn_mask[:, 0, 0].contiguous() if fused and attn_mask is not None else self._no_mask
+        fused_attention = fused and cpu_kernels.attention_takes(d)
+        key_mask = attn_mask[:, 0, 0].contiguous() if fused_attention and attn_mask is not None else self._no_mask
         rms = self._rms_kernel if fused else self._rms
         half, rotated = d // 2, (heads + kv_heads) * d
         for i, (norm1, qkv, out, norm2, gate_up, down, scaling) in enumerate(self.layers):
@@ -180,11 +193,11 @@ class LeanLlama:
             k = qk[:, :, heads:].transpose(1, 2)
             v = y[..., rotated:].view(b, length, kv_heads, d).transpose(1, 2)
             k, v = cache.layers[i].update(k, v)
-            if fused:  # skipping cpu_kernels.decode_attention's checks (per layer): the shapes hold here
+            if fused_attention:  # skipping cpu_kernels.decode_attention's checks (per layer): the shapes hold here
                 a = self.kernel.decode_attention(qk[:, 0, :heads], k, v, key_mask, scaling)
             else:
                 a = attend(q, k, v, attn_mask, scaling, causal)
             x = x + out(a.reshape(b, length, heads * d))
             y = gate_up(rms(x, norm2))
-            x = x + down(F.silu(y[..., :self.intermediate]) * y[..., self.intermediate:])
+            x = x + down(self._swiglu(y))
         return self.head(rms(x[:, -1:], self.norm))[:, -1].float()
