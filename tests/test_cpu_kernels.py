@@ -58,6 +58,30 @@ def test_silu_mul_rounds_as_torch_does(rows) -> None:
 
 
 @needs_kernel
+def test_rope_decode_rotates_as_the_llama_forward_and_writes_the_cache_column() -> None:
+    gen = torch.Generator().manual_seed(3)
+    b, heads, kv_heads, d, capacity = 3, 6, 2, 64, 9
+    y = (torch.randn(b, (heads + 2 * kv_heads) * d, generator=gen) * 3).to(torch.bfloat16)
+    angles = torch.randn(b, d // 2, generator=gen) * 50
+    angles = torch.cat((angles, angles), dim=-1)
+    cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+    kbuf = torch.zeros(b, kv_heads, capacity + 2, d, dtype=torch.bfloat16)[:, :, 2:]  # a strided view
+    vbuf = torch.zeros(b, kv_heads, capacity, d, dtype=torch.bfloat16)
+    q = cpu_kernels.rope_decode(KERNEL, y, cos, sin, heads, kv_heads, kbuf, vbuf, 4)
+    # the lean forward's torch ops, in bf16
+    qk = y[:, :(heads + kv_heads) * d].view(b, heads + kv_heads, d)
+    half = d // 2
+    want = qk * cos[:, None] + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin[:, None]
+    assert torch.equal(q, want[:, :heads])  # the same three roundings: bit for bit
+    assert torch.equal(kbuf[:, :, 4], want[:, heads:])
+    assert torch.equal(vbuf[:, :, 4], y[:, (heads + kv_heads) * d:].view(b, kv_heads, d))
+    others = [c for c in range(capacity) if c != 4]
+    assert not kbuf[:, :, others].any() and not vbuf[:, :, others].any()  # nothing else written
+    with pytest.raises(ValueError, match="rope_decode takes"):
+        cpu_kernels.rope_decode(KERNEL, y, cos, sin, heads, kv_heads, kbuf, vbuf, capacity)
+
+
+@needs_kernel
 def _attention_reference(q, k, v, key_mask, scale):
     """softmax(q k^T * scale) v in float64, grouped-query heads, masked keys left out."""
     group = q.shape[1] // k.shape[1]

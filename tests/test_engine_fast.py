@@ -48,6 +48,27 @@ def test_buffered_cache_layers_hold_what_dynamic_layers_hold() -> None:
     assert not drop_front(DynamicCache(config=model.config), 1)  # plain layers are left alone
 
 
+def test_append_column_gives_room_that_the_views_include() -> None:
+    """The decode kernels write a token's key/value in place: the column `append_column` gives
+    is the one a plain `update` would have appended, past the initial capacity too."""
+    from transformers import DynamicCache
+
+    model = load_causal_lm(TINY, "float64")
+    g = torch.Generator().manual_seed(1)
+    plain, buffered = DynamicCache(config=model.config), buffered_cache(model.config, capacity=4)
+    k = torch.randn(2, 2, 3, 8, generator=g, dtype=torch.float64)
+    plain.update(k, k, 0)
+    buffered.update(k, k, 0)
+    layer = buffered.layers[0]
+    for step in range(4):  # columns 3, 4 (grows), 5, 6
+        k = torch.randn(2, 2, 1, 8, generator=g, dtype=torch.float64)
+        kbuf, vbuf, col = layer.append_column()
+        assert col == 3 + step
+        kbuf[:, :, col], vbuf[:, :, col] = k[:, :, 0], -k[:, :, 0]
+        want_k, want_v = plain.update(k, -k, 0)
+        assert torch.equal(layer.keys, want_k) and torch.equal(layer.values, want_v)
+
+
 def test_gqa_attention_equals_transformers_sdpa_under_a_padding_mask() -> None:
     model = load_causal_lm(TINY, "float64")
     cfg = model.config

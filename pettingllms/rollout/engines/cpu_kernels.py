@@ -14,7 +14,8 @@ many tiny ops, and both run far below what the machine gives (`scripts/bench/ben
 * `decode_attention`: one query per row against the KV cache, in one call per layer instead of
   the ~15 ops (conversions, two matmuls, scale, softmax, reshapes) the matmul attention runs,
   whose fixed cost per op dominates at these sizes.
-* `rms_norm` and `silu_mul` (SwiGLU): one call each instead of five and three ops.
+* `rope_decode` (a decode step's rotary embedding and KV-cache write), `rms_norm` and `silu_mul`
+  (SwiGLU): one call each instead of about twelve, five and three ops.
 
 Numbers: as the ops they replace compute them (bf16 products exact in fp32, fp32 sums, fp32
 softmax, the same bf16 roundings) but summed in another order, so results can differ in the last
@@ -209,6 +210,47 @@ torch::Tensor silu_mul(torch::Tensor y) {
   return out;
 }
 
+// One decode step's rotary embedding and KV-cache write: y [B, (H + 2 KVH) D] bf16 is the fused
+// q/k/v output; cos, sin [B, D] bf16 the rows' tables. Rotates q and k as the Llama forward does
+// in bf16 (x cos + rotate_half(x) sin, each product and the sum rounded to bf16), writes k and v
+// into column `col` of the cache buffers kbuf, vbuf [B, KVH, C, D] (any strides, unit stride on
+// D), and returns the rotated q [B, H, D].
+torch::Tensor rope_decode(torch::Tensor y, torch::Tensor cos, torch::Tensor sin, int64_t heads, int64_t kv_heads,
+                          torch::Tensor kbuf, torch::Tensor vbuf, int64_t col) {
+  const int64_t batch = y.size(0), dim = cos.size(1), half = dim / 2;
+  auto q = torch::empty({batch, heads, dim}, y.options());
+  const uint16_t* yp = reinterpret_cast<const uint16_t*>(y.data_ptr<at::BFloat16>());
+  const uint16_t* cp = reinterpret_cast<const uint16_t*>(cos.data_ptr<at::BFloat16>());
+  const uint16_t* sp = reinterpret_cast<const uint16_t*>(sin.data_ptr<at::BFloat16>());
+  uint16_t* qp = reinterpret_cast<uint16_t*>(q.data_ptr<at::BFloat16>());
+  uint16_t* kp = reinterpret_cast<uint16_t*>(kbuf.data_ptr<at::BFloat16>());
+  uint16_t* vp = reinterpret_cast<uint16_t*>(vbuf.data_ptr<at::BFloat16>());
+  const int64_t ks0 = kbuf.stride(0), ks1 = kbuf.stride(1), ks2 = kbuf.stride(2);
+  const int64_t vs0 = vbuf.stride(0), vs1 = vbuf.stride(1), vs2 = vbuf.stride(2);
+  const int64_t width = y.size(1);
+  at::parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint16_t* row = yp + b * width;
+      const uint16_t* c = cp + b * dim;
+      const uint16_t* s = sp + b * dim;
+      for (int64_t h = 0; h < heads + kv_heads; ++h) {
+        const uint16_t* x = row + h * dim;
+        uint16_t* dst = h < heads ? qp + (b * heads + h) * dim : kp + b * ks0 + (h - heads) * ks1 + col * ks2;
+        for (int64_t i = 0; i < dim; ++i) {
+          const float rotated = i < half ? -bf16_value(x[i + half]) : bf16_value(x[i - half]);
+          const float a = float(to_bf16(bf16_value(x[i]) * bf16_value(c[i])));
+          const float r = float(to_bf16(rotated * bf16_value(s[i])));
+          const at::BFloat16 out = to_bf16(a + r);
+          std::memcpy(dst + i, &out, 2);
+        }
+      }
+      for (int64_t j = 0; j < kv_heads; ++j)
+        std::memcpy(vp + b * vs0 + j * vs1 + col * vs2, row + (heads + kv_heads + j) * dim, 2 * dim);
+    }
+  });
+  return q;
+}
+
 // RMSNorm of rows x [M, H] bf16 with weight [H] bf16, as the Llama norm computes it: fp32
 // x * rsqrt(mean(x^2) + eps), rounded to bf16, times the weight, rounded to bf16.
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
@@ -364,7 +406,7 @@ def load() -> Any | None:
         from torch.utils.cpp_extension import load_inline
 
         _ninja_on_path()
-        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=["pack_pairs", "gemm_packed", "silu_mul", "decode_attention", "rms_norm"],
+        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=["pack_pairs", "gemm_packed", "silu_mul", "rope_decode", "decode_attention", "rms_norm"],
                            extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], build_directory=_build_dir(),
                            verbose=False)
     except Exception as e:  # no compiler, no ninja, a toolchain without these intrinsics
@@ -406,6 +448,23 @@ def silu_mul(kernel: Any, y: torch.Tensor) -> torch.Tensor:
     if y.dim() != 2 or y.dtype != torch.bfloat16 or y.shape[1] % 2:
         raise ValueError(f"silu_mul takes bf16 [M, 2I], got {list(y.shape)} {y.dtype}")
     return kernel.silu_mul(y.contiguous())
+
+
+def rope_decode(kernel: Any, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int,
+                kbuf: torch.Tensor, vbuf: torch.Tensor, col: int) -> torch.Tensor:
+    """A decode step's rotary embedding and cache write: y [B, (H + 2 KVH) D] bf16 (fused q/k/v),
+    cos/sin [B, D] bf16 -> rotated q [B, H, D]; rotated k and v written to column `col` of kbuf /
+    vbuf [B, KVH, C, D] (unit stride on D)."""
+    b, d = cos.shape
+    if y.dtype != torch.bfloat16 or tuple(y.shape) != (b, (heads + 2 * kv_heads) * d) or d % 2 \
+            or cos.dtype != torch.bfloat16 or sin.shape != cos.shape or sin.dtype != torch.bfloat16 \
+            or any(t.dtype != torch.bfloat16 or tuple(t.shape[:2]) != (b, kv_heads) or t.shape[3] != d
+                   or t.stride(-1) != 1 for t in (kbuf, vbuf)) or not 0 <= col < min(kbuf.shape[2], vbuf.shape[2]):
+        raise ValueError("rope_decode takes bf16 y [B, (H + 2 KVH) D], cos/sin [B, D] and cache buffers "
+                         f"[B, KVH, C, D] with 0 <= col < C; got y {list(y.shape)}, cos {list(cos.shape)}, "
+                         f"k {list(kbuf.shape)}, col {col}")
+    return kernel.rope_decode(y.contiguous(), cos.contiguous(), sin.contiguous(), int(heads), int(kv_heads),
+                              kbuf, vbuf, int(col))
 
 
 def attention_takes(head_dim: int) -> bool:

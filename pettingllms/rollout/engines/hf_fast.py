@@ -42,6 +42,16 @@ class BufferedLayer:
         self._views()
         return self.keys, self.values
 
+    def append_column(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Room for one more token, to be written in place: (key buffer, value buffer, column).
+        The layer's keys/values already include that column."""
+        col = self._len
+        if col + 1 > self._kbuf.shape[-2]:
+            self._grow(self._kbuf, self._vbuf, max(col + 1, 2 * col))
+        self._len = col + 1
+        self._views()
+        return self._kbuf, self._vbuf, col
+
     def _grow(self, k: torch.Tensor, v: torch.Tensor, cols: int) -> None:
         kb = k.new_empty((*k.shape[:2], cols, k.shape[-1]))
         vb = v.new_empty((*v.shape[:2], cols, v.shape[-1]))

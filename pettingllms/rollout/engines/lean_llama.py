@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from pettingllms.rollout.engines import cpu_kernels
-from pettingllms.rollout.engines.hf_fast import mkldnn_bf16, pack_weight, packed_linear
+from pettingllms.rollout.engines.hf_fast import BufferedLayer, mkldnn_bf16, pack_weight, packed_linear
 from pettingllms.utils.attention import attend
 
 _MODEL_TYPES = ("llama", "qwen2")
@@ -184,15 +184,28 @@ class LeanLlama:
         fused_attention = fused and cpu_kernels.attention_takes(d)
         key_mask = attn_mask[:, 0, 0].contiguous() if fused_attention and attn_mask is not None else self._no_mask
         rms = self._rms_kernel if fused else self._rms
+        if fused_attention:
+            cos_rows, sin_rows = cos.view(b, d), sin.view(b, d)
         half, rotated = d // 2, (heads + kv_heads) * d
         for i, (norm1, qkv, out, norm2, gate_up, down, scaling) in enumerate(self.layers):
             y = qkv(rms(x, norm1))
+            layer = cache.layers[i]
+            if fused_attention and isinstance(layer, BufferedLayer) and layer.is_initialized:
+                # rotary embedding and cache write in one call, then the attention in one: the
+                # kernels unchecked (per layer), the shapes hold here
+                kbuf, vbuf, col = layer.append_column()
+                q = self.kernel.rope_decode(y.view(b, -1), cos_rows, sin_rows, heads, kv_heads, kbuf, vbuf, col)
+                a = self.kernel.decode_attention(q, layer.keys, layer.values, key_mask, scaling)
+                x = x + out(a.view(b, 1, heads * d))
+                y = gate_up(rms(x, norm2))
+                x = x + down(self._swiglu(y))
+                continue
             qk = y[..., :rotated].view(b, length, heads + kv_heads, d)
             qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
             q = qk[:, :, :heads].transpose(1, 2)
             k = qk[:, :, heads:].transpose(1, 2)
             v = y[..., rotated:].view(b, length, kv_heads, d).transpose(1, 2)
-            k, v = cache.layers[i].update(k, v)
+            k, v = layer.update(k, v)
             if fused_attention:  # skipping cpu_kernels.decode_attention's checks (per layer): the shapes hold here
                 a = self.kernel.decode_attention(qk[:, 0, :heads], k, v, key_mask, scaling)
             else:
