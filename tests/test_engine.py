@@ -150,6 +150,29 @@ def test_logprobs_match_teacher_forced_forward(engine: HFEngine, reference_model
             assert c.response_ids == logits.argmax(-1).tolist()
 
 
+def test_requests_with_the_same_prompt_share_one_prefill() -> None:
+    """A rollout sends its K candidates as K requests with one prompt: the prompt is prefilled
+    once, and each request still gets what it gets alone (its own seed stream; float64, so that
+    the batch's shape cannot move a draw by rounding)."""
+    engine = HFEngine({"a": TINY}, dtype="float64")
+    requests = [req("the same prompt", rid=str(i), n=1, max_new_tokens=6, temperature=1.0, seed=10 + i)
+                for i in range(3)] + [req("another prompt", rid="3", n=2, max_new_tokens=6, temperature=1.0, seed=7)]
+    batch_sizes: list[int] = []
+    forward = engine._forward
+
+    def counting(slot, ids, *args):
+        batch_sizes.append(ids.shape[0])
+        return forward(slot, ids, *args)
+
+    with mock.patch.object(engine, "_forward", counting):
+        shared = engine.generate(requests)
+    assert batch_sizes[0] == 2 and batch_sizes[1] == 5  # two distinct prompts, five rows
+    alone = [engine.generate([r])[0] for r in requests]
+    for s_cs, a_cs in zip(shared, alone):
+        assert [c.response_ids for c in s_cs] == [c.response_ids for c in a_cs]
+    assert len({tuple(cs[0].response_ids) for cs in shared[:3]}) > 1  # own seeds, not one copy
+
+
 def test_dropping_finished_rows_changes_nothing(engine: HFEngine) -> None:
     """Rows finishing at different steps leave the batch; results equal batch-of-1 runs and a run
     that keeps every row in the batch to the end."""

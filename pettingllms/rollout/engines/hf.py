@@ -2,7 +2,8 @@
 
 Why a hand-written decode loop instead of `model.generate`:
   * finished rows leave the batch and the KV cache at once, so no work is spent on them;
-  * the n copies of a prompt share one prefill (the cache is expanded afterwards);
+  * the n copies of a prompt, and requests with identical prompt ids (a rollout's K candidates),
+    share one prefill (the cache is expanded afterwards);
   * the reported logprobs are exactly those of the distribution sampled from: temperature, then
     top-k, then top-p (renormalised), and nothing else (no repetition penalty or other hidden
     processor). Greedy rows (temperature 0) report the log-prob under the plain softmax
@@ -13,9 +14,9 @@ Why a hand-written decode loop instead of `model.generate`:
   * Llama-architecture models (Llama, SmolLM, Qwen2) run `lean_llama.LeanLlama`, the same ops
     with fused GEMMs and none of transformers' per-step plumbing (1.2-1.4x tokens/s at 1-32
     sequences, docs/results/speed.md); `rollout.engine_options.lean_forward=false` turns it off.
-    Its decode steps run their attention, and at 1-4 sequences their products, in our C++ kernels
-    (`cpu_kernels`) where the CPU has AVX512-BF16; `rollout.engine_options.cpu_kernels=false`
-    keeps oneDNN's GEMM and the matmul attention.
+    Its products (a bf16 GEMM), SwiGLU, and each decode step's norms, rotary embedding and
+    attention run in our C++ kernels (`cpu_kernels`) where the CPU has AVX512-BF16;
+    `rollout.engine_options.cpu_kernels=false` keeps oneDNN's GEMM and the torch ops.
 
 Policies that share a base model share one generation model. Each policy's weights that differ
 from the base are kept aside and copied into the shared model's tensors only when the active
@@ -238,7 +239,15 @@ class HFEngine(RolloutEngine):
     @torch.inference_mode()
     def _decode(self, slot: _ModelSlot, rows: list[_Row], prompts: dict[int, list[int]]) -> None:
         dev = self.device
-        order = list(dict.fromkeys(r.request for r in rows))  # prefill each prompt once
+        # Prefill each distinct prompt once: a request's n copies, and separate requests with the
+        # same prompt ids (a rollout's K candidates sent as K requests) share its cache rows.
+        first: dict[tuple[int, ...], int] = {}  # prompt ids -> position in `order`
+        order: list[int] = []  # one request per distinct prompt, in first-seen order
+        for r in rows:
+            key = tuple(prompts[r.request])
+            if key not in first:
+                first[key] = len(order)
+                order.append(r.request)
         longest = max(len(prompts[i]) for i in order)
         ids = torch.full((len(order), longest), slot.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(order), longest), dtype=torch.long)
@@ -250,7 +259,7 @@ class HFEngine(RolloutEngine):
         cache = buffered_cache(slot.model.config, longest + max(r.max_new for r in rows))
         logits = self._forward(slot, ids, mask, positions, cache)
         # Expand prompts to their n copies: the cache rows are shared, not recomputed.
-        expand = torch.tensor([order.index(r.request) for r in rows], device=dev)
+        expand = torch.tensor([first[tuple(prompts[r.request])] for r in rows], device=dev)
         if len(order) != len(rows) or bool((expand != torch.arange(len(rows), device=dev)).any()):
             cache.batch_select_indices(expand)
             logits, mask = logits[expand], mask[expand]

@@ -92,8 +92,8 @@ class LeanLlama:
                 and hasattr(getattr(model, "model", None), "rotary_emb"))
 
     def __init__(self, model: Any, kernels: bool = True):
-        """`kernels`: decode steps through the C++ kernels where they run (`cpu_kernels.load`): the
-        products at 1-4 rows, the attention and norms at any batch."""
+        """`kernels`: the C++ kernels where they run (`cpu_kernels.load`): every product and
+        SwiGLU, and a decode step's norms, rotary embedding with its cache write, and attention."""
         if not self.supports(model):
             raise ValueError(f"LeanLlama does not cover {type(model).__name__} with this config")
         config = model.config
