@@ -82,6 +82,48 @@ def test_rope_decode_rotates_as_the_llama_forward_and_writes_the_cache_column() 
 
 
 @needs_kernel
+@pytest.mark.parametrize("count", [1, 64, 1024])
+def test_top_candidates_match_torch(count) -> None:
+    gen = torch.Generator().manual_seed(count)
+    logits = torch.randn(5, 49157, generator=gen) * 4  # a vocabulary that is no multiple of 16
+    logits[1] /= 4
+    logits[1, 100:200] = 7.5  # the row's 100 largest, tied across the cut: the lower ids stay
+    logits[2, :50] = float("-inf")
+    divisor = torch.tensor([0.7, 1.0, 0.3, 2.0, 1.0])
+    values, ids, lse = cpu_kernels.top_candidates(KERNEL, logits, divisor, count)
+    scaled = logits / divisor[:, None]
+    want_values, _ = scaled.topk(count, dim=-1)
+    assert torch.equal(values, want_values)  # the same divisions, the same order
+    assert torch.equal(scaled.gather(1, ids), values)
+    for r in range(5):  # largest first; among equal values the lower id first
+        pairs = list(zip((-values[r]).tolist(), ids[r].tolist()))
+        assert pairs == sorted(pairs)
+        assert len(set(ids[r].tolist())) == count
+    if count < 100:
+        assert ids[1].tolist() == list(range(100, 100 + count))
+    torch.testing.assert_close(lse, scaled.logsumexp(-1), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="top_candidates takes"):
+        cpu_kernels.top_candidates(KERNEL, logits.double(), divisor, count)
+
+
+@needs_kernel
+def test_the_engine_samples_the_same_with_and_without_the_candidates_kernel() -> None:
+    """The truncated draw through top_candidates picks the tokens the torch path picks."""
+    from pettingllms.rollout.engines.hf import _draw_truncated, _Scaled
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(16, 4000, generator=gen) * 3
+    divisor = torch.full((16,), 0.7)
+    top_k = torch.tensor([4000] * 8 + [40] * 8)
+    top_p = torch.tensor([0.95] * 4 + [0.5] * 4 + [2.0] * 4 + [0.9] * 4)
+    uniforms = torch.rand(16, generator=gen)
+    got = _draw_truncated(_Scaled(logits, divisor, KERNEL), top_k, top_p, uniforms)
+    want = _draw_truncated(_Scaled(logits, divisor), top_k, top_p, uniforms)
+    assert torch.equal(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-5)
+
+
+@needs_kernel
 def _attention_reference(q, k, v, key_mask, scale):
     """softmax(q k^T * scale) v in float64, grouped-query heads, masked keys left out."""
     group = q.shape[1] // k.shape[1]

@@ -271,7 +271,8 @@ class HFEngine(RolloutEngine):
         step = 0
         while True:
             active = [rows[i] for i in live]
-            tokens, logprobs = self._sample(logits, active, uniforms[live, step].to(dev))
+            tokens, logprobs = self._sample(logits, active, uniforms[live, step].to(dev),
+                                            slot.lean.kernel if slot.lean is not None else None)
             for row, tok, lp in zip(active, tokens.tolist(), logprobs.tolist()):
                 if row.finish is None:  # with drop_finished off, finished rows ride along unused
                     row.tokens.append(tok)
@@ -313,19 +314,23 @@ class HFEngine(RolloutEngine):
             row.finish = "length"
 
     @staticmethod
-    def _sample(logits: torch.Tensor, rows: list[_Row], uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One token per row, and its log-prob under the distribution it was drawn from."""
+    def _sample(logits: torch.Tensor, rows: list[_Row], uniforms: torch.Tensor,
+                kernel: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row, and its log-prob under the distribution it was drawn from.
+        `kernel`: the C++ kernels (`cpu_kernels`) for the truncated draws' candidates, or None."""
         vocab = logits.shape[-1]
         dev = logits.device
         temps = torch.tensor([r.temperature for r in rows], device=dev)
         greedy = temps == 0
-        scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
+        divisor = torch.where(greedy, torch.ones_like(temps), temps)
+        if kernel is not None and (logits.dtype != torch.float32 or logits.device.type != "cpu"):
+            kernel = None
         top_k = torch.tensor([r.top_k if r.temperature > 0 and 0 < r.top_k < vocab else vocab for r in rows], device=dev)
         top_p = torch.tensor([r.top_p if r.temperature > 0 and r.top_p < 1 else 2.0 for r in rows], device=dev)  # 2.0: off
         cut = (top_k < vocab) | (top_p <= 1)  # rows drawn from a truncated distribution
         if bool(cut.all()):  # the common case: every row from its few candidate tokens
-            return _draw_truncated(scaled, top_k, top_p, uniforms)
-        logp = torch.log_softmax(scaled, dim=-1)
+            return _draw_truncated(_Scaled(logits, divisor, kernel), top_k, top_p, uniforms)
+        logp = torch.log_softmax(logits / divisor[:, None], dim=-1)
         # greedy rows' tokens (the argmax of a batch of vocabulary rows is not free: only if any)
         tokens = logits.argmax(-1) if bool(greedy.any()) else torch.zeros(len(rows), dtype=torch.long, device=dev)
         sampled = ~greedy & ~cut
@@ -334,7 +339,8 @@ class HFEngine(RolloutEngine):
         chosen = _checked(logp, tokens)
         if bool(cut.any()):
             at = cut.nonzero().squeeze(1)
-            tokens[at], chosen[at] = _draw_truncated(scaled[at], top_k[at], top_p[at], uniforms[at])
+            tokens[at], chosen[at] = _draw_truncated(_Scaled(logits[at], divisor[at], kernel), top_k[at], top_p[at],
+                                                     uniforms[at])
         return tokens, chosen
 
 
@@ -356,7 +362,40 @@ def _checked(logp: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return chosen
 
 
-def _draw_truncated(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+class _Scaled:
+    """A batch's logits over the rows' temperatures, as the truncated draw asks for them: each
+    row's `count` largest values and its logsumexp over the vocabulary. Through the C++ kernel
+    where it runs (one pass over the vocabulary instead of a division, a topk and a logsumexp;
+    the same values, the logsumexp summed in another order), else torch."""
+
+    def __init__(self, logits: torch.Tensor, divisor: torch.Tensor, kernel: Any = None):
+        self.logits, self.divisor, self.kernel = logits, divisor, kernel
+        self.vocab = logits.shape[-1]
+        self._full: torch.Tensor | None = None
+        self._lse: torch.Tensor | None = None
+
+    @property
+    def full(self) -> torch.Tensor:
+        if self._full is None:
+            self._full = self.logits / self.divisor[:, None]
+        return self._full
+
+    def top(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, count] values, largest first, and their token ids."""
+        if self.kernel is not None and count < self.vocab:
+            values, ids, lse = self.kernel.top_candidates(self.logits.contiguous(), self.divisor.float().contiguous(), count)
+            self._lse = lse[:, None]
+            return values, ids
+        return self.full.topk(count, dim=-1)
+
+    def logsumexp(self) -> torch.Tensor:
+        """[B, 1]."""
+        if self._lse is None:
+            self._lse = self.full.logsumexp(-1, keepdim=True)
+        return self._lse
+
+
+def _draw_truncated(scaled: _Scaled, top_k: torch.Tensor, top_p: torch.Tensor,
                     uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw from each row's top-k / top-p set over its candidate tokens only. The candidates are
     in vocabulary order, so the CDF is the full vocabulary's with the zeros left out: the same
@@ -371,7 +410,7 @@ def _draw_truncated(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tens
 _NUCLEUS_LADDER = (64, 1024)  # top-p looks among this many largest logits in turn; a full sort only if short
 
 
-def _candidates(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _candidates(scaled: _Scaled, top_k: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's top-k set, then the top-p nucleus of the top-k distribution (renormalised), as
     (logits with -inf outside the set, token ids), both [B, C] with columns in vocabulary order.
 
@@ -379,17 +418,17 @@ def _candidates(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) 
     largest logits, then 1024 (torch's topk costs ~linearly in k here), then sorts the whole
     vocabulary, until every row's set is inside the candidates.
     """
-    vocab = scaled.shape[-1]
+    vocab = scaled.vocab
     need = int(torch.where(top_k < vocab, top_k, torch.zeros_like(top_k)).max())  # a top-k row needs its k
     for count in [c for c in _NUCLEUS_LADDER if need <= c < vocab] + [vocab]:
-        values, order = scaled.topk(count, dim=-1)  # sorted, largest first
-        ranks = torch.arange(count, device=scaled.device)
+        values, order = scaled.top(count)  # sorted, largest first
+        ranks = torch.arange(count, device=values.device)
         values = values.masked_fill(ranks[None, :] >= top_k[:, None], float("-inf"))
         # Normaliser of the top-k distribution: over the candidates if they hold all k tokens.
         whole = (top_k > count)[:, None]  # top-k off: the whole vocabulary's
         norm = values.logsumexp(-1, keepdim=True)
         if bool(whole.any()):
-            norm = torch.where(whole, scaled.logsumexp(-1, keepdim=True), norm)
+            norm = torch.where(whole, scaled.logsumexp(), norm)
         probs = (values - norm).exp()
         mass = probs.cumsum(-1)
         if count == vocab or not bool((whole.squeeze(1) & (mass[:, -1] < top_p)).any()):
