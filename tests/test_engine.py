@@ -150,13 +150,8 @@ def test_logprobs_match_teacher_forced_forward(engine: HFEngine, reference_model
             assert c.response_ids == logits.argmax(-1).tolist()
 
 
-def test_requests_with_the_same_prompt_share_one_prefill() -> None:
-    """A rollout sends its K candidates as K requests with one prompt: the prompt is prefilled
-    once, and each request still gets what it gets alone (its own seed stream; float64, so that
-    the batch's shape cannot move a draw by rounding)."""
-    engine = HFEngine({"a": TINY}, dtype="float64")
-    requests = [req("the same prompt", rid=str(i), n=1, max_new_tokens=6, temperature=1.0, seed=10 + i)
-                for i in range(3)] + [req("another prompt", rid="3", n=2, max_new_tokens=6, temperature=1.0, seed=7)]
+def _generate_counting_rows(engine: HFEngine, requests):
+    """engine.generate(requests), and the batch size of every forward it ran (prefill first)."""
     batch_sizes: list[int] = []
     forward = engine._forward
 
@@ -165,7 +160,17 @@ def test_requests_with_the_same_prompt_share_one_prefill() -> None:
         return forward(slot, ids, *args)
 
     with mock.patch.object(engine, "_forward", counting):
-        shared = engine.generate(requests)
+        return engine.generate(requests), batch_sizes
+
+
+def test_requests_with_the_same_prompt_share_one_prefill() -> None:
+    """A rollout sends its K candidates as K requests with one prompt: the prompt is prefilled
+    once, and each request still gets what it gets alone (its own seed stream; float64, so that
+    the batch's shape cannot move a draw by rounding)."""
+    engine = HFEngine({"a": TINY}, dtype="float64")
+    requests = [req("the same prompt", rid=str(i), n=1, max_new_tokens=6, temperature=1.0, seed=10 + i)
+                for i in range(3)] + [req("another prompt", rid="3", n=2, max_new_tokens=6, temperature=1.0, seed=7)]
+    shared, batch_sizes = _generate_counting_rows(engine, requests)
     assert batch_sizes[0] == 2 and batch_sizes[1] == 5  # two distinct prompts, five rows
     alone = [engine.generate([r])[0] for r in requests]
     for s_cs, a_cs in zip(shared, alone):
@@ -180,15 +185,7 @@ def test_dropping_finished_rows_changes_nothing(engine: HFEngine) -> None:
                 req("a somewhat longer prompt to force left padding", rid="1", n=1, max_new_tokens=12,
                     temperature=0.9, top_k=40, seed=2),
                 req("middle length prompt", rid="2", n=2, max_new_tokens=7, temperature=0.0)]
-    batch_sizes: list[int] = []
-    forward = engine._forward
-
-    def counting(slot, ids, *args):
-        batch_sizes.append(ids.shape[0])
-        return forward(slot, ids, *args)
-
-    with mock.patch.object(engine, "_forward", counting):
-        dropped = engine.generate(requests)
+    dropped, batch_sizes = _generate_counting_rows(engine, requests)
     assert batch_sizes[0] == 3 and batch_sizes[1] == 5 and batch_sizes[-1] == 1  # prefill once per prompt
     keep_all = HFEngine({"a": TINY}, dtype="float32", drop_finished=False).generate(requests)
     single = [engine.generate([r])[0] for r in requests]
