@@ -101,7 +101,9 @@ def test_top_candidates_match_torch(count) -> None:
         assert len(set(ids[r].tolist())) == count
     if count < 100:
         assert ids[1].tolist() == list(range(100, 100 + count))
-    torch.testing.assert_close(lse, scaled.logsumexp(-1), rtol=1e-6, atol=1e-6)
+    # two fp32 sums of V exp terms in different orders (ours: 16 lanes of V/16 terms each): the
+    # logsumexp moves by their relative error, at most about (V/16) fp32 epsilons
+    torch.testing.assert_close(lse, scaled.logsumexp(-1), rtol=0, atol=(49157 / 16) * 2 ** -24)
     with pytest.raises(ValueError, match="top_candidates takes"):
         cpu_kernels.top_candidates(KERNEL, logits.double(), divisor, count)
 

@@ -196,20 +196,17 @@ class LeanLlama:
                 kbuf, vbuf, col = layer.append_column()
                 q = self.kernel.rope_decode(y.view(b, -1), cos_rows, sin_rows, heads, kv_heads, kbuf, vbuf, col)
                 a = self.kernel.decode_attention(q, layer.keys, layer.values, key_mask, scaling)
-                x = x + out(a.view(b, 1, heads * d))
-                y = gate_up(rms(x, norm2))
-                x = x + down(self._swiglu(y))
-                continue
-            qk = y[..., :rotated].view(b, length, heads + kv_heads, d)
-            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
-            q = qk[:, :, :heads].transpose(1, 2)
-            k = qk[:, :, heads:].transpose(1, 2)
-            v = y[..., rotated:].view(b, length, kv_heads, d).transpose(1, 2)
-            k, v = layer.update(k, v)
-            if fused_attention:  # skipping cpu_kernels.decode_attention's checks (per layer): the shapes hold here
-                a = self.kernel.decode_attention(qk[:, 0, :heads], k, v, key_mask, scaling)
             else:
-                a = attend(q, k, v, attn_mask, scaling, causal)
+                qk = y[..., :rotated].view(b, length, heads + kv_heads, d)
+                qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
+                q = qk[:, :, :heads].transpose(1, 2)
+                k = qk[:, :, heads:].transpose(1, 2)
+                v = y[..., rotated:].view(b, length, kv_heads, d).transpose(1, 2)
+                k, v = layer.update(k, v)
+                if fused_attention:  # skipping cpu_kernels.decode_attention's checks (per layer): the shapes hold here
+                    a = self.kernel.decode_attention(qk[:, 0, :heads], k, v, key_mask, scaling)
+                else:
+                    a = attend(q, k, v, attn_mask, scaling, causal)
             x = x + out(a.reshape(b, length, heads * d))
             y = gate_up(rms(x, norm2))
             x = x + down(self._swiglu(y))
