@@ -56,6 +56,23 @@ def test_one_device_setting_and_the_sync_folder(tmp_path):
     assert make_backend(cfg, lambda: None, run_dir=tmp_path)._sync_dir() == tmp_path / "shared"
 
 
+def test_master_port_range_avoids_ephemeral_ports_and_the_seeded_rng():
+    """The process-group port comes from below the ephemeral range (where Ray's outgoing connections
+    may take a port between verl's check and rank 0's bind) and above Ray's worker ports; two runs
+    seeded alike still scan from different ports."""
+    import random
+
+    from pettingllms.policies.verl.setup import RayCluster
+
+    starts = set()
+    for _ in range(20):
+        random.seed(0)
+        lo, hi = RayCluster.master_port_range()
+        assert 20000 <= lo < hi <= 32768 and hi - lo >= 100
+        starts.add(lo)
+    assert len(starts) > 1
+
+
 # ---------------------------------------------------------------- the batch layout
 def test_samples_become_verls_batch_without_retokenising():
     samples = make_samples("a", [1.0, -0.5, 0.25], seed=3)
@@ -211,8 +228,9 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
 
     cluster = RayCluster.start(cfg)
     sync_dir = tmp_path / "sync"
-    worker = VerlPolicyWorker(spec, cfg, cluster, name_prefix=f"parity{ranks}{int(lora)}_", sync_dir=sync_dir)
-    try:
+    worker = None
+    try:  # a failed start must not leave this pool's placement groups to the next test
+        worker = VerlPolicyWorker(spec, cfg, cluster, name_prefix=f"parity{ranks}{int(lora)}_", sync_dir=sync_dir)
         start_v = worker.trained_weights()[0]
         assert set(start_v) == set(start)
         for k in start:  # the same initial weights (LoRA: the adapter local initialised, handed over)
@@ -231,7 +249,8 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
         else:
             _check_file_sync(worker, engine, before, initial, sync_dir)
     finally:
-        worker.close()
+        if worker is not None:
+            worker.close()
         cluster.shutdown()
 
     assert m_verl["loss"] == pytest.approx(m_local["loss"], abs=1e-5)

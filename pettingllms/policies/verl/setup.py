@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -19,6 +20,8 @@ from pettingllms.policies.verl import cpu
 
 log = logging.getLogger(__name__)
 
+_PORTS = (20000, 32768)  # Ray's worker ports end at 19999; Linux's ephemeral ports start at 32768
+_PORT_SPAN = 500
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding `pettingllms/`
 
 
@@ -40,6 +43,17 @@ class RayCluster:
             self._pool = RayResourcePool(process_on_nodes=self.process_on_nodes, use_gpu=self.use_gpu,
                                          name_prefix="pettingllms_", max_colocate_count=max(1, colocate))
         return self._pool
+
+    @staticmethod
+    def master_port_range() -> list[int]:
+        """Where a worker group's rank 0 looks for its process-group port (verl scans up from the
+        first free one, on rank 0's node). Below the kernel's ephemeral range: verl's default binds
+        port 0, closes it, and the workers bind it seconds later, by which time Ray's own outgoing
+        connections may have taken it (EADDRINUSE in CI). Above Ray's worker ports (10002-19999).
+        The start is drawn from the OS, not the run's seeded RNG, so that two runs with one seed on
+        one node do not scan from the same port."""
+        start = _PORTS[0] + random.SystemRandom().randrange(_PORTS[1] - _PORTS[0] - _PORT_SPAN)
+        return [start, start + _PORT_SPAN]
 
     @property
     def use_gpu(self) -> bool:

@@ -93,9 +93,14 @@ class VerlPolicyWorker:
         self.world_size = cluster.world_size
         cls = RayClassWithInitArgs(cls=cluster.remote(PolicyTrainingWorker), config=config)
         self.group = RayWorkerGroup(resource_pool=cluster.resource_pool(colocate), ray_cls_with_init=cls, name_prefix=name_prefix,
-                                    device_name=cluster.device, worker_env=cluster.worker_env)
-        self.group.reset()  # builds the FSDP model, optimizer and LR schedule on every rank
-        self.group.set_loss_fn(partial(vb.policy_loss, vb.algo_dict(self.algo)))
+                                    device_name=cluster.device, worker_env=cluster.worker_env,
+                                    master_port_range=cluster.master_port_range())
+        try:
+            self.group.reset()  # builds the FSDP model, optimizer and LR schedule on every rank
+            self.group.set_loss_fn(partial(vb.policy_loss, vb.algo_dict(self.algo)))
+        except BaseException:
+            self.close()  # a rank that failed to start leaves the others waiting on its process group
+            raise
 
     # ---------------------------------------------------------------- building
     def _tokenizer(self):
