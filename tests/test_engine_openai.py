@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
+from net_helpers import free_port
 from omegaconf import OmegaConf
 
 from pettingllms.config import ConfigError, validate
@@ -22,15 +22,10 @@ TINY = "tiny:openai-server"
 PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve_model_path(TINY),
@@ -95,4 +90,4 @@ def test_training_refuses_a_server_without_token_ids():
 
 def test_unreachable_server_is_one_clear_error():
     with pytest.raises(ConfigError, match="cannot reach"):
-        _engine(f"http://127.0.0.1:{_free_port()}/v1")
+        _engine(f"http://127.0.0.1:{free_port()}/v1")

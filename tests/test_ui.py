@@ -6,7 +6,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import pytest
 
 from cold_start import make_cold_start
 from fakes import ScriptedEngine
+from net_helpers import free_port
 from pettingllms.mas.run import run_query
 from pettingllms.ui.app import create_app
 
@@ -105,11 +105,6 @@ def test_only_the_runs_folder_is_served(client):
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _raw_get(port: int, path: str) -> int:
     """GET with the path sent as is (a browser would normalise the '..' away)."""
@@ -125,7 +120,7 @@ def _raw_get(port: int, path: str) -> int:
 def server(tmp_path):
     # a cold start where the recipe writes it (under trainer.output_dir): the demo must pick it up
     make_cold_start(tmp_path / "outputs", "tiny:ui")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "RUNS_DIR": str(tmp_path / "runs"),
            "PYTHON": sys.executable, "ENGINE": "hf", "MODEL": "tiny:ui",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
