@@ -176,6 +176,36 @@ def test_rms_norm_matches_the_llama_norm(rows) -> None:
 
 
 @needs_kernel
+@pytest.mark.parametrize("rows, width", [(37, 70), (4, 576), (1, 16)])
+def test_lora_merge_rounds_base_plus_the_product(rows, width) -> None:
+    """bf16(base + B A): within the bf16 rounding (2^-8 relative: 8 significant bits) of the float64
+    value, plus the fp32 sum's error (r products and the base summed in order: (r + 1) 2^-24 of the
+    sum of magnitudes), in place or not; `LoraFactor.merge` takes it with the kernel, and torch's
+    fp32 delta (the same bound) without."""
+    from pettingllms.rollout.engines.weights import LoraFactor
+
+    gen = torch.Generator().manual_seed(rows + width)
+    r = 16
+    base = torch.randn(rows, width, generator=gen).to(torch.bfloat16)
+    a, b = torch.randn(r, width, generator=gen), torch.randn(rows, r, generator=gen) * 0.05
+    out = torch.empty_like(base)
+    cpu_kernels.lora_merge(KERNEL, base, b, a, out)
+    exact = base.double() + b.double() @ a.double()
+    magnitude = base.double().abs() + b.double().abs() @ a.double().abs()
+    bound = 2 ** -8 * exact.abs() + (1 + 2 ** -8) * (r + 1) * 2 ** -24 * magnitude
+    assert ((out.double() - exact).abs() <= bound).all()
+    in_place = base.clone()
+    cpu_kernels.lora_merge(KERNEL, in_place, b, a, in_place)
+    assert torch.equal(in_place, out)
+    factor = LoraFactor(a / 2, b, 2.0)  # the scaling goes onto B, as the kernel expects it
+    assert torch.equal(factor.merge(base, torch.empty_like(base), KERNEL), out)
+    torch_merged = factor.merge(base, torch.empty_like(base))
+    assert ((torch_merged.double() - exact).abs() <= bound).all()
+    with pytest.raises(ValueError, match="lora_merge takes"):
+        cpu_kernels.lora_merge(KERNEL, base, b, a, out.float())
+
+
+@needs_kernel
 def test_refuses_inputs_it_does_not_take() -> None:
     packed = cpu_kernels.pack(KERNEL, [torch.randn(8, 32).to(torch.bfloat16)])
     for x in (torch.randn(5, 32), torch.randn(1, 16).to(torch.bfloat16), torch.randn(0, 32).to(torch.bfloat16)):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from pettingllms.config import LoraConfig
-from pettingllms.rollout.engines.weights import (ADAPTER_WEIGHTS, WeightUpdate, lora_delta, plain_peft_config,
+from pettingllms.rollout.engines.weights import (ADAPTER_WEIGHTS, LoraFactor, WeightUpdate, plain_peft_config,
                                                  write_adapter)
 
 
@@ -87,9 +87,9 @@ class SharedLoraBase:
                 continue
             w = mod.get_base_layer().weight
             if name in mod.lora_A:
-                delta = lora_delta(mod.lora_A[name].weight, mod.lora_B[name].weight, float(mod.scaling[name]),
-                                   bool(getattr(mod, "fan_in_fan_out", False)))
-                merged[f"{mod_name}.weight"] = (w.detach().float() + delta).to(dtype)
+                factor = LoraFactor(mod.lora_A[name].weight, mod.lora_B[name].weight, float(mod.scaling[name]),
+                                    bool(getattr(mod, "fan_in_fan_out", False)))
+                merged[f"{mod_name}.weight"] = factor.merge(w.detach(), torch.empty(w.shape, dtype=dtype, device=w.device))
         out: dict[str, Tensor] = {}
         for key, value in base.state_dict().items():
             if ".lora_" in key:

@@ -16,6 +16,8 @@ many tiny ops, and both run far below what the machine gives (`scripts/bench/ben
   whose fixed cost per op dominates at these sizes.
 * `rope_decode` (a decode step's rotary embedding and KV-cache write), `rms_norm` and `silu_mul`
   (SwiGLU): one call each instead of about twelve, five and three ops.
+* `lora_merge`: a LoRA update's merge into a bf16 weight in one pass (the weight sync's fp32
+  delta, sum and rounding were three passes over fp32 copies of every adapted weight).
 * `top_candidates`: the sampler's temperature division, top-k over the vocabulary and row
   logsumexp in one call (torch's `topk` alone took ~1.6 ms at 32 rows).
 
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 # -fopenmp: at::parallel_for splits the rows over torch's threads only when built with OpenMP (the
 # process's libgomp, the one torch loaded, is the one used)
 _CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
+
+_FUNCTIONS = ["pack_pairs", "gemm_packed", "silu_mul", "rope_decode", "decode_attention", "rms_norm", "top_candidates",
+              "lora_merge"]
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -210,6 +215,46 @@ torch::Tensor silu_mul(torch::Tensor y) {
       }
   });
   return out;
+}
+
+// A LoRA merge: out = bf16(base + B A) for base, out [N, K] bf16 and B [N, r], A [r, K] fp32 (the
+// scaling already in B). ROWS rows share each pass over A (sixteen columns at a time, fp32 sums
+// over r in order, then the base added; the row count fixed at compile time keeps the sums in
+// registers); out may be base.
+template <int ROWS>
+static inline void lora_merge_rows(const uint16_t* base, const float* B, const float* A, uint16_t* out,
+                                   int64_t k, int64_t r) {
+  for (int64_t j = 0; j < k; j += 16) {
+    const int count = int(std::min<int64_t>(16, k - j));
+    const __mmask16 m = __mmask16((1u << count) - 1);
+    __m512 acc[ROWS];
+    for (int rr = 0; rr < ROWS; ++rr) acc[rr] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < r; ++t) {
+      const __m512 av = _mm512_maskz_loadu_ps(m, A + t * k + j);
+      for (int rr = 0; rr < ROWS; ++rr) acc[rr] = _mm512_fmadd_ps(_mm512_set1_ps(B[rr * r + t]), av, acc[rr]);
+    }
+    for (int rr = 0; rr < ROWS; ++rr)
+      store_bf16(out + rr * k + j, _mm512_add_ps(acc[rr], load_bf16(base + rr * k + j, count)), count);
+  }
+}
+
+void lora_merge(torch::Tensor base, torch::Tensor b, torch::Tensor a, torch::Tensor out) {
+  const int64_t n = base.size(0), k = base.size(1), r = a.size(0);
+  const uint16_t* bp = reinterpret_cast<const uint16_t*>(base.data_ptr<at::BFloat16>());
+  uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const float* B = b.data_ptr<float>();
+  const float* A = a.data_ptr<float>();
+  at::parallel_for(0, (n + 3) / 4, 8, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t i = q * 4;
+      switch (std::min<int64_t>(4, n - i)) {
+        case 4: lora_merge_rows<4>(bp + i * k, B + i * r, A, op + i * k, k, r); break;
+        case 3: lora_merge_rows<3>(bp + i * k, B + i * r, A, op + i * k, k, r); break;
+        case 2: lora_merge_rows<2>(bp + i * k, B + i * r, A, op + i * k, k, r); break;
+        default: lora_merge_rows<1>(bp + i * k, B + i * r, A, op + i * k, k, r);
+      }
+    }
+  });
 }
 
 // One decode step's rotary embedding and KV-cache write: y [B, (H + 2 KVH) D] bf16 is the fused
@@ -427,7 +472,7 @@ def _cpu_has_avx512_bf16() -> bool:
 def _build_dir() -> str:
     from pettingllms.utils.models import cache_root
 
-    key = hashlib.sha256((_SOURCE + " ".join(_CFLAGS) + torch.__version__ + platform.machine()).encode()).hexdigest()[:16]
+    key = hashlib.sha256((_SOURCE + " ".join(_CFLAGS + _FUNCTIONS) + torch.__version__ + platform.machine()).encode()).hexdigest()[:16]
     folder = cache_root() / "kernels" / f"cpu_kernels_{key}"
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder)
@@ -472,7 +517,7 @@ def load() -> Any | None:
         from torch.utils.cpp_extension import load_inline
 
         _ninja_on_path()
-        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=["pack_pairs", "gemm_packed", "silu_mul", "rope_decode", "decode_attention", "rms_norm", "top_candidates"],
+        return load_inline("pettingllms_cpu_kernels", cpp_sources=_SOURCE, functions=_FUNCTIONS,
                            extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], build_directory=_build_dir(),
                            verbose=False)
     except Exception as e:  # no compiler, no ninja, a toolchain without these intrinsics
@@ -506,6 +551,17 @@ def gemm(kernel: Any, x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch
                          f"{list(x.shape)} {x.dtype}, n={n}")
     b = bias.float().contiguous() if bias is not None else x.new_empty(0, dtype=torch.float32)
     return kernel.gemm_packed(x.contiguous(), packed, int(n), b)
+
+
+def lora_merge(kernel: Any, base: torch.Tensor, b: torch.Tensor, a: torch.Tensor, out: torch.Tensor) -> None:
+    """out = base + b @ a rounded to bf16, in place (`weights.merge_lora` calls it): base and out
+    [N, K] bf16 (out may be base), b [N, r] and a [r, K] fp32, the LoRA scaling already in b."""
+    n, k = base.shape
+    if not (base.dtype == out.dtype == torch.bfloat16 and b.dtype == a.dtype == torch.float32
+            and out.shape == base.shape and b.shape[0] == n and a.shape == (b.shape[1], k)
+            and all(t.is_contiguous() and t.device.type == "cpu" for t in (base, b, a, out))):
+        raise ValueError("lora_merge takes contiguous CPU base, out [N, K] bf16, b [N, r] and a [r, K] fp32")
+    kernel.lora_merge(base, b, a, out)
 
 
 def silu_mul(kernel: Any, y: torch.Tensor) -> torch.Tensor:

@@ -23,13 +23,14 @@ from the base are kept aside and copied into the shared model's tensors only whe
 policy changes. `update_weights` takes full weights as they are (`load_weights`, full or partial
 state dicts, or the file a full update's path names) and merges a LoRA adapter here, in fp32,
 into the base weights the model had before its first adapter update, so only adapter tensors
-cross the seam. It merges one weight at a time: one weight's fp32 delta in memory, not the model's.
+cross the seam. It merges one weight at a time, straight into the model's tensor: in one pass of
+our kernel where the lean forward runs the kernels, else through one weight's fp32 delta.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -37,7 +38,7 @@ from pettingllms.rollout.engines.base import (Completion, GenerationRequest, Rol
                                               prompt_ids)
 from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, pack_linears
 from pettingllms.rollout.engines.lean_llama import LeanLlama
-from pettingllms.rollout.engines.weights import LoraFactor, WeightUpdate, full_weights, lora_factors
+from pettingllms.rollout.engines.weights import WeightUpdate, full_weights, lora_factors
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
 
@@ -135,17 +136,20 @@ class HFEngine(RolloutEngine):
             checked[name] = tensor
         if len(slot.policies) > 1:
             self._snapshot_base(slot, checked)  # all snapshots before any copy: tied names share storage
-        self._write(slot, policy, checked.items())
+        self._write(slot, policy, ((name, lambda out, t=t: out.copy_(t)) for name, t in checked.items()))
 
-    def _write(self, slot: _ModelSlot, policy: str, items: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Store checked tensors as `policy`'s, one at a time (`items` may compute them lazily)."""
+    def _write(self, slot: _ModelSlot, policy: str, items: Iterable[tuple[str, Callable[[torch.Tensor], Any]]]) -> None:
+        """Store checked tensors as `policy`'s, one at a time: each item's `fill(out)` writes the
+        tensor into a tensor shaped and typed like the live one (the live one itself when no other
+        policy uses this model)."""
         own = self._overrides.setdefault(policy, {}) if len(slot.policies) > 1 else None
-        for name, tensor in items:
+        for name, fill in items:
             live = slot.params[name]
             if own is None:  # nobody else uses this model: write straight into it
-                live.copy_(tensor)
+                fill(live)
                 continue
-            own[name] = tensor.to(dtype=live.dtype, device=live.device, copy=True)
+            own[name] = torch.empty_like(live)
+            fill(own[name])
             if slot.active == policy:
                 live.copy_(own[name])
 
@@ -169,14 +173,11 @@ class HFEngine(RolloutEngine):
                 raise ValueError(f"LoRA update of {update.policy!r}: {name} (shape {f.shape}) does "
                                  f"not fit {slot.path}")
         self._snapshot_base(slot, factors)
-        # Merged one weight at a time: a single fp32 delta exists at once, not the whole model's.
-        self._write(slot, update.policy, ((name, self._merged(slot, name, f)) for name, f in factors.items()))
-
-    @staticmethod
-    def _merged(slot: _ModelSlot, name: str, factor: LoraFactor) -> torch.Tensor:
-        """base + delta in fp32 (`_write` rounds it to the model's dtype as it copies)."""
-        base = slot.base[name]
-        return factor.delta().to(base.device).add_(base)
+        # Merged one weight at a time, straight into its destination (our kernel where the lean
+        # forward runs ours: one pass; else one fp32 delta at a time, not the whole model's).
+        kernel = slot.lean.kernel if slot.lean is not None else None
+        self._write(slot, update.policy, ((name, lambda out, f=f, base=slot.base[name]: f.merge(base, out, kernel))
+                                          for name, f in factors.items()))
 
     @torch.no_grad()
     def _activate(self, slot: _ModelSlot, policy: str) -> None:
