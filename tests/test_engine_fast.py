@@ -138,6 +138,28 @@ def test_bf16_engine_after_weight_sync_generates_as_a_fresh_engine(tmp_path) -> 
     assert after.response_ids == again.response_ids and after.logprobs == again.logprobs
 
 
+def test_sleep_drops_the_packed_copies_and_the_next_generate_rebuilds_them() -> None:
+    """What the trainer's update may use: the lean forward's packed weights go while the engine
+    sleeps, and generation after it is the same as before."""
+    req = [GenerationRequest([{"role": "user", "content": "Count: one two"}], policy="a",
+                             params=SamplingParams(temperature=0.7, max_new_tokens=6, seed=3))]
+    engine = HFEngine({"a": TINY}, dtype="bfloat16")
+    before = engine.generate(req)[0][0]
+    lean = engine._slot("a").lean
+    assert lean.layers and lean.head is not None
+    engine.sleep()
+    assert lean.layers == [] and lean.head is None
+    after = engine.generate(req)[0][0]
+    assert lean.layers and (after.response_ids, after.logprobs) == (before.response_ids, before.logprobs)
+    plain = HFEngine({"a": TINY}, dtype="bfloat16", lean_forward=False)
+    plain.generate(req)
+    packed = [m for m in plain._slot("a").model.modules() if getattr(m, "_packed_key", None) is not None]
+    assert packed or not _bf16_linear_supported()
+    plain.sleep()
+    assert all(m._packed is None and m._packed_key is None for m in packed)
+    assert plain.generate(req)[0][0].response_ids
+
+
 def _cfg(batch: int, k: int, **rollout):
     return validate(OmegaConf.create({"model": {"path": TINY}, "rollout": {"engine": "auto", "batch_size": batch,
                                                                            "k": k, **rollout}}))

@@ -225,3 +225,20 @@ def test_held_out_before_and_after_training(two_step_run):
     assert before_after(fake, after).endswith("avg@2 0.250 before -> 0.500 after (+0.250); "
                                               "pass@2 0.500 before -> 0.500 after (+0.000)")
     assert "no validation at the last step" in before_after(fake, after[:1] + [{"step": 2}])
+
+
+def test_lora_trainer_and_its_engine_hold_one_base(tmp_path):
+    """trainer.backend=local with LoRA: the HF engine merges updates into the worker's frozen base
+    tensors (no second copy), and training and the weight sync run on it."""
+    cfg = trainer_cfg(tmp_path, "trainer.run_name=shared_base", "trainer.total_steps=1", "model.lora.enabled=true")
+    trainer = LocalTrainer(cfg)
+    try:
+        worker = trainer.workers["shared"]
+        slot = trainer.backend.engine.inner._slot("shared")
+        base = worker.frozen_base_weights()
+        assert base and all(slot.base[k].data_ptr() == v.data_ptr() for k, v in base.items())
+        metrics = trainer.train_step(1)
+        assert math.isfinite(metrics["train/loss"]) and metrics["policies/trained"] == 1.0
+        assert all(slot.base[k].data_ptr() == v.data_ptr() for k, v in base.items())
+    finally:
+        trainer.close()

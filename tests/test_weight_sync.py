@@ -112,3 +112,32 @@ def test_lora_factor_shape_follows_fan_in_fan_out():
     assert LoraFactor(a, b, 2.0, fan_in_fan_out=True).shape == (7, 5)
     assert tuple(LoraFactor(a, b, 2.0, fan_in_fan_out=True).delta().shape) == (7, 5)
     assert torch.equal(LoraFactor(a, b, 2.0).delta(), torch.full((5, 7), 8.0))
+
+
+def test_engine_merges_into_the_trainers_frozen_base_and_generates_the_same():
+    """A LoRA trainer and an HF engine in one process keep one base: the engine takes the
+    worker's frozen base tensors instead of a copy, and generates what an engine with its own
+    copy generates after every update; the trainer's base is never written. Tensors that are not
+    the engine's current values (another model, an update already applied) are refused."""
+    ps = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"])
+    worker = ps.workers["shared"]
+    base = worker.frozen_base_weights()
+    assert base and all(k.endswith(".weight") and "lora" not in k for k in base)
+    kept = {k: v.clone() for k, v in base.items()}
+    shared, own = HFEngine({"shared": TINY}, dtype="bfloat16"), HFEngine({"shared": TINY}, dtype="bfloat16")
+    assert shared.share_base("shared", base) == len(base)
+    slot = shared._slot("shared")
+    assert all(slot.base[k].data_ptr() == v.data_ptr() for k, v in base.items())  # no copy
+    for step in range(2):
+        worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=70 + step), step)
+        update = worker.weight_update()
+        shared.update_weights(update)
+        own.update_weights(update)
+        assert _outputs(shared, ["shared"]) == _outputs(own, ["shared"])
+    assert all(torch.equal(base[k], kept[k]) for k in base)
+    assert own.share_base("shared", base) == 0  # already holds its own snapshot
+    fresh = HFEngine({"shared": TINY}, dtype="bfloat16")
+    fresh.update_weights(update)
+    assert fresh.share_base("shared", {k: v + 1 for k, v in base.items()}) == 0
+    full = build_policies(make_cfg(), ["solo"]).workers["shared"]
+    assert full.frozen_base_weights() == {}  # full fine-tuning: its weights train

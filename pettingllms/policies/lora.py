@@ -98,6 +98,13 @@ class SharedLoraBase:
             out[plain] = merged.get(plain, value.detach().to(dtype) if value.is_floating_point() else value)
         return out
 
+    def base_weights(self) -> dict[str, Tensor]:
+        """The frozen base weights of the adapted layers, by plain-model name (what an engine
+        merges adapters into). Never written here."""
+        from peft.tuners.lora import LoraLayer
+        return {f"{mod_name}.weight": mod.get_base_layer().weight.detach()
+                for mod_name, mod in self.peft_model.get_base_model().named_modules() if isinstance(mod, LoraLayer)}
+
     def adapter_state(self, name: str) -> tuple[dict[str, Tensor], dict]:
         """Adapter `name` as peft saves it: (state dict, adapter_config.json content)."""
         from peft import get_peft_model_state_dict

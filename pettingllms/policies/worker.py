@@ -187,6 +187,14 @@ class PolicyWorker:
             self._lora_base = None
         gc.collect()
 
+    def frozen_base_weights(self) -> dict[str, Tensor]:
+        """LoRA: the frozen base weights of the adapted layers (plain names), which an engine in
+        this process may merge into instead of keeping its own copy (`HFEngine.share_base`). None
+        for full fine-tuning (the weights train) or offloaded policies (their memory must go)."""
+        if not self.spec.is_lora or self.spec.offload or self._lora_base is None:
+            return {}
+        return self._lora_base.base_weights()
+
     def close(self) -> None:
         if self._offload_dir is not None:
             shutil.rmtree(self._offload_dir, ignore_errors=True)

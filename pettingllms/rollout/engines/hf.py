@@ -180,6 +180,34 @@ class HFEngine(RolloutEngine):
                                           for name, f in factors.items()))
 
     @torch.no_grad()
+    def share_base(self, policy: str, tensors: Mapping[str, torch.Tensor]) -> int:
+        """Take `tensors` (model names) as the base values that LoRA updates of `policy` merge
+        into, instead of snapshotting this engine's own copies: a trainer in this process holds the
+        same frozen base, so the engine need not keep a second one. Only tensors equal to what
+        the engine holds now (same dtype and device, no update applied yet) are taken; the caller
+        must never write them. Returns how many were taken."""
+        slot = self._slot(policy)
+        taken = 0
+        for name, tensor in tensors.items():
+            live = slot.params.get(name)
+            if live is None or name in slot.base or tensor.dtype != live.dtype or tensor.device != live.device \
+                    or tensor.shape != live.shape or not torch.equal(tensor, live):
+                continue
+            slot.base[name] = tensor.detach()
+            taken += 1
+        return taken
+
+    def sleep(self) -> None:
+        """While the policies train: drop what the next generation rebuilds anyway after a weight
+        sync (the lean forward's packed weight copies, or `pack_linears`' oneDNN copies)."""
+        for slot in self._slots.values():
+            if slot.lean is not None:
+                slot.lean.release()
+            for module in slot.model.modules():
+                if getattr(module, "_packed_key", None) is not None:
+                    module._packed, module._packed_key = None, None
+
+    @torch.no_grad()
     def _activate(self, slot: _ModelSlot, policy: str) -> None:
         if slot.active == policy:
             return

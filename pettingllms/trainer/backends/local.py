@@ -23,6 +23,12 @@ class LocalBackend(Backend):
         engine = self._given
         if engine is None:
             engine = build_rollout_engine(self.cfg, bases, policy_lora_ranks(self.policies))
+        share = getattr(engine, "share_base", None)
+        if share is not None:  # one frozen base in memory for trainer and engine, not two
+            for name, worker in self.policies.workers.items():
+                base = getattr(worker, "frozen_base_weights", None)
+                if base is not None:
+                    share(name, base())
         self.engine = TimedEngine(engine)
 
     def runner(self, cfg: DictConfig | None = None) -> Runner:
