@@ -361,3 +361,24 @@ def test_full_ft_generation_weights_are_master_in_generation_dtype():
         assert w.dtype == torch.bfloat16
         if name in master:
             assert torch.equal(w, master[name].detach().to(torch.bfloat16))
+
+
+def test_lora_under_autocast_skips_peft_input_casts_and_trains_bit_identically():
+    """bf16 base + fp32 adapters under autocast: the adapters take their input as is (peft's cast
+    to fp32 and autocast's back to bf16 are an exact round trip), with the same logprobs and the
+    same updated adapter as with the casts, bit for bit."""
+    results = []
+    for casts in (True, False):
+        worker = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
+        flags = [m for m in worker.model.modules() if hasattr(m, "cast_input_dtype_enabled")]
+        assert flags and not any(m.cast_input_dtype_enabled for m in flags)
+        for m in flags:
+            m.cast_input_dtype_enabled = casts
+        samples = make_samples("solo", [1.0, -1.0, 0.5], seed=3)
+        logprobs = worker.logprobs(samples)
+        worker.update(samples, 0)
+        results.append((logprobs, {k: v.clone() for k, v in worker.trainable_state().items()}))
+    assert results[0][0] == results[1][0]
+    assert all_equal(results[0][1], results[1][1])
+    fp32 = build_policies(make_cfg(lora=True), ["solo"]).workers["shared"]  # no autocast: peft's default
+    assert all(m.cast_input_dtype_enabled for m in fp32.model.modules() if hasattr(m, "cast_input_dtype_enabled"))

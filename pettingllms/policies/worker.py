@@ -154,6 +154,13 @@ class PolicyWorker:
                 self.ref_model = load_model(self.spec.base, self.dtype, self.device).eval()
                 for p in self.ref_model.parameters():
                     p.requires_grad_(False)
+        if self.spec.is_lora and self.autocast:
+            # Under autocast the adapters' matmuls run in the autocast dtype anyway, so peft's cast
+            # of each input to the fp32 adapter dtype is an exact round trip (bf16 -> fp32 -> bf16):
+            # two copies of every adapted layer's input per forward and one more in backward.
+            for module in self.model.modules():
+                if hasattr(module, "cast_input_dtype_enabled"):
+                    module.cast_input_dtype_enabled = False
         if self.cfg.model.gradient_checkpointing:
             target = self.model.get_base_model() if self.spec.is_lora else self.model
             target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
