@@ -138,6 +138,29 @@ def test_bf16_engine_after_weight_sync_generates_as_a_fresh_engine(tmp_path) -> 
     assert after.response_ids == again.response_ids and after.logprobs == again.logprobs
 
 
+def test_bf16_engine_after_a_lora_sync_generates_with_the_merged_weights() -> None:
+    """A LoRA update merged (by our kernel where it runs) after the engine has generated, with no
+    sleep in between: the next generation uses the merged weights, as a fresh engine that got the
+    update before its first generation does (the packed copies follow the version counters)."""
+    from policy_helpers import TINY as POLICY_MODEL, make_cfg, make_samples
+    from pettingllms.policies import build_policies
+
+    worker = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
+    worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=9), 0)
+    update = worker.weight_update()
+    req = [GenerationRequest([{"role": "user", "content": "Count: one two"}], policy="shared",
+                             params=SamplingParams(temperature=0.7, max_new_tokens=6, seed=4))]
+    engine = HFEngine({"shared": POLICY_MODEL}, dtype="bfloat16")
+    before = engine.generate(req)[0][0]  # packs the base weights
+    engine.update_weights(update)
+    after = engine.generate(req)[0][0]
+    fresh = HFEngine({"shared": POLICY_MODEL}, dtype="bfloat16")
+    fresh.update_weights(update)
+    want = fresh.generate(req)[0][0]
+    assert (after.response_ids, after.logprobs) == (want.response_ids, want.logprobs)
+    assert after.logprobs != before.logprobs
+
+
 def test_sleep_drops_the_packed_copies_and_the_next_generate_rebuilds_them() -> None:
     """What the trainer's update may use: the lean forward's packed weights go while the engine
     sleeps, and generation after it is the same as before."""

@@ -562,6 +562,9 @@ def lora_merge(kernel: Any, base: torch.Tensor, b: torch.Tensor, a: torch.Tensor
             and all(t.is_contiguous() and t.device.type == "cpu" for t in (base, b, a, out))):
         raise ValueError("lora_merge takes contiguous CPU base, out [N, K] bf16, b [N, r] and a [r, K] fp32")
     kernel.lora_merge(base, b, a, out)
+    # The kernel writes through the data pointer; torch's in-place ops also bump the version
+    # counter, which is how copies made from `out` (the lean forward's packed weights) see a change.
+    torch.autograd.graph.increment_version(out)
 
 
 def silu_mul(kernel: Any, y: torch.Tensor) -> torch.Tensor:
