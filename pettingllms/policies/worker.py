@@ -196,7 +196,7 @@ class PolicyWorker:
 
     def frozen_base_weights(self) -> dict[str, Tensor]:
         """LoRA: the frozen base weights of the adapted layers (plain names), which an engine in
-        this process may merge into instead of keeping its own copy (`HFEngine.share_base`). None
+        this process may merge into instead of keeping its own copy (`HFEngine.share_base`). Empty
         for full fine-tuning (the weights train) or offloaded policies (their memory must go)."""
         if not self.spec.is_lora or self.spec.offload or self._lora_base is None:
             return {}

@@ -554,7 +554,7 @@ def gemm(kernel: Any, x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch
 
 
 def lora_merge(kernel: Any, base: torch.Tensor, b: torch.Tensor, a: torch.Tensor, out: torch.Tensor) -> None:
-    """out = base + b @ a rounded to bf16, in place (`weights.merge_lora` calls it): base and out
+    """out = base + b @ a rounded to bf16, in place (`LoraFactor.merge` calls it): base and out
     [N, K] bf16 (out may be base), b [N, r] and a [r, K] fp32, the LoRA scaling already in b."""
     n, k = base.shape
     if not (base.dtype == out.dtype == torch.bfloat16 and b.dtype == a.dtype == torch.float32
