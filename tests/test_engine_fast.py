@@ -161,6 +161,53 @@ def test_bf16_engine_after_a_lora_sync_generates_with_the_merged_weights() -> No
     assert after.logprobs != before.logprobs
 
 
+def test_sleep_frees_merged_lora_weights_and_gives_them_back_unchanged() -> None:
+    """While asleep, a one-policy model keeps no LoRA-merged weight (the next sync rewrites them):
+    generating after it merges them again from the same factors, bit for bit; a new update after
+    it generates as a fresh engine with that update; an update that does not fit still changes
+    nothing. A model that serves two policies keeps its weights."""
+    from policy_helpers import TINY as POLICY_MODEL, make_cfg, make_samples
+    from pettingllms.policies import build_policies
+    from pettingllms.rollout.engines.weights import WeightUpdate
+
+    worker = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
+    req = [GenerationRequest([{"role": "user", "content": "Count: one two"}], policy="shared",
+                             params=SamplingParams(temperature=0.7, max_new_tokens=6, seed=4))]
+    engine = HFEngine({"shared": POLICY_MODEL}, dtype="bfloat16")
+    worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=9), 0)
+    first = worker.weight_update()
+    engine.update_weights(first)
+    before = engine.generate(req)[0][0]
+    slot = engine._slot("shared")
+    merged = {k: slot.params[k].detach().clone() for k in slot.merged}
+    engine.sleep()
+    assert set(slot.released) == set(merged) and all(slot.params[k].numel() == 0 for k in merged)
+    again = engine.generate(req)[0][0]
+    assert not slot.released and all(torch.equal(slot.params[k], v) for k, v in merged.items())
+    assert (again.response_ids, again.logprobs) == (before.response_ids, before.logprobs)
+
+    engine.sleep()
+    last_b = [k for k in first.tensors if k.endswith(".lora_B.weight")][-1]
+    bad = dict(first.tensors, **{last_b: torch.zeros(first.tensors[last_b].shape[0] + 1,
+                                                     first.tensors[last_b].shape[1])})
+    with pytest.raises(ValueError, match="does not fit"):
+        engine.update_weights(WeightUpdate("shared", "lora", bad, first.lora_config, version=2))
+    assert engine.generate(req)[0][0].logprobs == before.logprobs
+    engine.sleep()
+    worker.update(make_samples("solo", [-1.0, 1.0, 0.5], seed=10), 1)
+    second = worker.weight_update()
+    engine.update_weights(second)
+    fresh = HFEngine({"shared": POLICY_MODEL}, dtype="bfloat16")
+    fresh.update_weights(second)
+    got, want = engine.generate(req)[0][0], fresh.generate(req)[0][0]
+    assert (got.response_ids, got.logprobs) == (want.response_ids, want.logprobs)
+
+    two = HFEngine({"a": POLICY_MODEL, "b": POLICY_MODEL}, dtype="bfloat16")
+    two.update_weights(WeightUpdate("a", "lora", second.tensors, second.lora_config, version=1))
+    two.sleep()
+    assert not two._slot("a").released
+
+
 def test_sleep_drops_the_packed_copies_and_the_next_generate_rebuilds_them() -> None:
     """What the trainer's update may use: the lean forward's packed weights go while the engine
     sleeps, and generation after it is the same as before."""

@@ -122,12 +122,16 @@ def test_engine_merges_into_the_trainers_frozen_base_and_generates_the_same():
     ps = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"])
     worker = ps.workers["shared"]
     base = worker.frozen_base_weights()
-    assert base and all(k.endswith(".weight") and "lora" not in k for k in base)
+    assert base and all(k.endswith(".weight") and "lora" not in k and "base_layer" not in k for k in base)
+    adapted = {k for k in base if any(t in k for t in ("_proj.", "fc"))}
+    assert adapted and "model.embed_tokens.weight" in base and "model.norm.weight" in base  # the rest too
     kept = {k: v.clone() for k, v in base.items()}
     shared, own = HFEngine({"shared": TINY}, dtype="bfloat16"), HFEngine({"shared": TINY}, dtype="bfloat16")
     assert shared.share_base("shared", base) == len(base)
     slot = shared._slot("shared")
     assert all(slot.base[k].data_ptr() == v.data_ptr() for k, v in base.items())  # no copy
+    # until an update writes them, the engine's live weights are the trainer's tensors themselves
+    assert all(slot.params[k].data_ptr() == v.data_ptr() for k, v in base.items())
     for step in range(2):
         worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=70 + step), step)
         update = worker.weight_update()
@@ -135,7 +139,15 @@ def test_engine_merges_into_the_trainers_frozen_base_and_generates_the_same():
         own.update_weights(update)
         assert _outputs(shared, ["shared"]) == _outputs(own, ["shared"])
     assert all(torch.equal(base[k], kept[k]) for k in base)
-    assert own.share_base("shared", base) == 0  # already holds its own snapshot
+    merged = {k for k in base if slot.params[k].data_ptr() != base[k].data_ptr()}  # written by the merges
+    assert merged and merged == set(slot.merged) and merged <= adapted
+    assert slot.params["model.embed_tokens.weight"].data_ptr() == base["model.embed_tokens.weight"].data_ptr()
+    # a full write of a shared tensor goes into the engine's own buffer, never the trainer's
+    shared.load_weights("shared", {"model.norm.weight": torch.zeros_like(base["model.norm.weight"])})
+    assert torch.equal(base["model.norm.weight"], kept["model.norm.weight"])
+    assert not slot.params["model.norm.weight"].any()
+    # an engine with its own snapshot of the merged weights still takes those no update touched
+    assert own.share_base("shared", base) == len(base) - len(merged)
     fresh = HFEngine({"shared": TINY}, dtype="bfloat16")
     fresh.update_weights(update)
     assert fresh.share_base("shared", {k: v + 1 for k, v in base.items()}) == 0

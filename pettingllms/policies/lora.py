@@ -99,11 +99,15 @@ class SharedLoraBase:
         return out
 
     def base_weights(self) -> dict[str, Tensor]:
-        """The frozen base weights of the adapted layers, by plain-model name (what an engine
-        merges adapters into). Never written here."""
-        from peft.tuners.lora import LoraLayer
-        return {f"{mod_name}.weight": mod.get_base_layer().weight.detach()
-                for mod_name, mod in self.peft_model.get_base_model().named_modules() if isinstance(mod, LoraLayer)}
+        """Every frozen weight of the base model by plain-model name: the adapted layers' base
+        weights (what an engine merges adapters into) and the rest (embeddings, norms), which no
+        adapter changes. Never written here."""
+        out: dict[str, Tensor] = {}
+        for name, p in self.peft_model.get_base_model().named_parameters():  # tied weights once
+            if ".lora_" in name or "modules_to_save" in name or "original_module" in name or p.requires_grad:
+                continue
+            out[name.replace(".base_layer.", ".")] = p.detach()
+        return out
 
     def adapter_state(self, name: str) -> tuple[dict[str, Tensor], dict]:
         """Adapter `name` as peft saves it: (state dict, adapter_config.json content)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Container, Iterable, Mapping
 
 import torch
 
@@ -38,9 +38,19 @@ from pettingllms.rollout.engines.base import (Completion, GenerationRequest, Rol
                                               prompt_ids)
 from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, pack_linears
 from pettingllms.rollout.engines.lean_llama import LeanLlama
-from pettingllms.rollout.engines.weights import WeightUpdate, full_weights, lora_factors
+from pettingllms.rollout.engines.weights import LoraFactor, WeightUpdate, full_weights, lora_factors
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
+
+
+def own_memory(model: torch.nn.Module) -> None:
+    """Move CPU weights that still live in the checkpoint's file mapping into memory of their own.
+    A private file mapping keeps every page a LoRA merge writes until all of its tensors are
+    gone, so weights that `sleep` frees would free nothing; once every tensor is copied, the
+    mapping goes. Values are unchanged."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.device.type == "cpu":
+            tensor.data = tensor.data.clone()
 
 
 @dataclass
@@ -56,6 +66,9 @@ class _ModelSlot:
     active: str | None = None  # None: base weights
     base: dict[str, torch.Tensor] = field(default_factory=dict)  # base copies of overridden tensors
     lean: LeanLlama | None = None  # the lean forward, where it covers the model
+    merged: dict[str, LoraFactor] = field(default_factory=dict)  # one policy: live = base + this factor
+    released: dict[str, torch.Size] = field(default_factory=dict)  # merged weights freed by sleep()
+    aliased: set[str] = field(default_factory=set)  # live tensors that are a trainer's (share_base)
 
 
 @dataclass
@@ -101,6 +114,7 @@ class HFEngine(RolloutEngine):
             if local not in self._slots:
                 model = load_causal_lm(local, dtype, device)
                 model.requires_grad_(False)
+                own_memory(model)
                 pack_linears(model)
                 tokenizer = load_tokenizer(local)
                 params = dict(model.state_dict(keep_vars=True))
@@ -125,6 +139,7 @@ class HFEngine(RolloutEngine):
     @torch.no_grad()
     def load_weights(self, policy: str, weights: Mapping[str, Any]) -> None:
         slot = self._slot(policy)
+        self._wake(slot)
         checked = {}
         for name, value in weights.items():  # validate everything before changing anything
             if name not in slot.params:
@@ -136,6 +151,8 @@ class HFEngine(RolloutEngine):
             checked[name] = tensor
         if len(slot.policies) > 1:
             self._snapshot_base(slot, checked)  # all snapshots before any copy: tied names share storage
+        for name in checked:
+            slot.merged.pop(name, None)
         self._write(slot, policy, ((name, lambda out, t=t: out.copy_(t)) for name, t in checked.items()))
 
     def _write(self, slot: _ModelSlot, policy: str, items: Iterable[tuple[str, Callable[[torch.Tensor], Any]]]) -> None:
@@ -146,6 +163,9 @@ class HFEngine(RolloutEngine):
         for name, fill in items:
             live = slot.params[name]
             if own is None:  # nobody else uses this model: write straight into it
+                if name in slot.aliased:  # never into the trainer's tensor: a buffer of our own
+                    live.data = torch.empty_like(live)
+                    slot.aliased.discard(name)
                 fill(live)
                 continue
             own[name] = torch.empty_like(live)
@@ -169,10 +189,14 @@ class HFEngine(RolloutEngine):
         slot = self._slot(update.policy)
         factors = lora_factors(update)
         for name, f in factors.items():
-            if name not in slot.params or tuple(slot.params[name].shape) != f.shape:
+            shape = slot.released.get(name, slot.params[name].shape if name in slot.params else None)
+            if shape is None or tuple(shape) != f.shape:
                 raise ValueError(f"LoRA update of {update.policy!r}: {name} (shape {f.shape}) does "
                                  f"not fit {slot.path}")
+        self._wake(slot, overwritten=factors)
         self._snapshot_base(slot, factors)
+        if len(slot.policies) == 1:
+            slot.merged.update(factors)
         # Merged one weight at a time, straight into its destination (our kernel where the lean
         # forward runs ours: one pass; else one fp32 delta at a time, not the whole model's).
         kernel = slot.lean.kernel if slot.lean is not None else None
@@ -183,10 +207,14 @@ class HFEngine(RolloutEngine):
     def share_base(self, policy: str, tensors: Mapping[str, torch.Tensor]) -> int:
         """Take `tensors` (model names) as the base values that LoRA updates of `policy` merge
         into, instead of snapshotting this engine's own copies: a trainer in this process holds the
-        same frozen base, so the engine need not keep a second one. Only tensors equal to what
-        the engine holds now (same dtype and device, no update applied yet) are taken; the caller
-        must never write them. Returns how many were taken."""
+        same frozen base, so the engine need not keep a second one. On a model that serves only
+        `policy`, the live weights become those tensors too until an update writes them (then
+        into a buffer of the engine's own), so weights no adapter changes (embeddings, norms)
+        are never held twice. Only tensors equal to what the engine holds now (same dtype and
+        device, no update applied yet) are taken; the caller must never write them. Returns how
+        many were taken."""
         slot = self._slot(policy)
+        self._wake(slot)
         taken = 0
         for name, tensor in tensors.items():
             live = slot.params.get(name)
@@ -194,21 +222,45 @@ class HFEngine(RolloutEngine):
                     or tensor.shape != live.shape or not torch.equal(tensor, live):
                 continue
             slot.base[name] = tensor.detach()
+            if len(slot.policies) == 1:
+                live.data = slot.base[name]
+                slot.aliased.add(name)
             taken += 1
         return taken
 
+    @torch.no_grad()
     def sleep(self) -> None:
-        """While the policies train: drop what the next generation rebuilds anyway after a weight
-        sync (the lean forward's packed weight copies, or `pack_linears`' oneDNN copies)."""
+        """While the policies train: drop what the next weight sync rewrites or the next
+        generation rebuilds anyway: the lean forward's packed weight copies (or `pack_linears`'
+        oneDNN copies) and, on a model that serves one policy, the weights a LoRA update merged
+        (base + adapter; merged again from the same factors if no new update comes first)."""
         for slot in self._slots.values():
             if slot.lean is not None:
                 slot.lean.release()
             for module in slot.model.modules():
                 if getattr(module, "_packed_key", None) is not None:
                     module._packed, module._packed_key = None, None
+            for name in slot.merged:
+                if name not in slot.released and name in slot.base:
+                    live = slot.params[name]
+                    slot.released[name] = live.shape
+                    live.data = live.new_empty(0)
+
+    @torch.no_grad()
+    def _wake(self, slot: _ModelSlot, overwritten: Container[str] = ()) -> None:
+        """Give back the weights `sleep` freed: merged again from their factors, or only
+        allocated for the names in `overwritten` (the caller writes them next)."""
+        kernel = slot.lean.kernel if slot.lean is not None else None
+        for name, shape in slot.released.items():
+            live = slot.params[name]
+            live.data = torch.empty(shape, dtype=live.dtype, device=live.device)
+            if name not in overwritten:
+                slot.merged[name].merge(slot.base[name], live, kernel)
+        slot.released.clear()
 
     @torch.no_grad()
     def _activate(self, slot: _ModelSlot, policy: str) -> None:
+        self._wake(slot)
         if slot.active == policy:
             return
         current = self._overrides.get(slot.active, {}) if slot.active is not None else {}
