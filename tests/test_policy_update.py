@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -9,7 +10,9 @@ import torch
 from numerics import THREADS, assert_close_by_size, exact_float64, forward_tol, num_threads
 from policy_helpers import all_equal, any_changed, make_cfg, make_samples
 from pettingllms.policies import build_policies
-from pettingllms.policies.logprobs import full_logits_logprobs, pack, response_logprobs
+from pettingllms.policies import logprobs as logprobs_module
+from pettingllms.policies.logprobs import (full_logits_logprobs, linear_target_logprobs, pack, response_logprobs,
+                                           target_logprobs)
 from pettingllms.policies.worker import lr_lambda
 from pettingllms.utils.models import tiny_model
 
@@ -168,32 +171,40 @@ def test_kl_or_entropy_terms_run_zero_advantage_samples_too():
 
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("with_entropy,chunk", [(True, 4), (False, 4), (False, 1000)])
-def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature, threads, with_entropy, chunk):
+@pytest.mark.parametrize("with_entropy,chunk,observed", [(True, 4, True), (False, 4, True), (False, 1000, True),
+                                                         (False, 4, False), (False, 1000, False)])
+def test_chunked_logprobs_equal_full_logits_values_and_gradients(temperature, threads, with_entropy, chunk, observed):
     with num_threads(threads), exact_float64():
-        _chunked_logprobs_equal_full_logits(temperature, with_entropy, chunk)
+        _chunked_logprobs_equal_full_logits(temperature, with_entropy, chunk, observed)
 
 
-def _chunked_logprobs_equal_full_logits(temperature, with_entropy, chunk):
-    """Without entropy the target log-prob is one autograd function (target_logprobs); with it,
-    autograd's own chain. Both against all logits at once."""
+def _chunked_logprobs_equal_full_logits(temperature, with_entropy, chunk, observed):
+    """Without entropy the target log-prob is one autograd function: with the LM head inside it
+    (linear_target_logprobs) when nothing observes the head, else after it (target_logprobs);
+    with entropy, autograd's own chain. All against all logits at once."""
     model, _ = tiny_model(seed=5)
     model.double().train()  # an exactness claim: float64
     batch = pack(make_samples("a", [1.0] * 4, seed=6), pad_id=0)
     seen_rows = []
-    hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o: seen_rows.append(i[0].shape[0]))
+    fused = logprobs_module._LinearTargetLogprob
+    real_apply = fused.apply
+
+    def counted(hidden, *rest):  # the fused function runs the head: count its rows
+        seen_rows.append(hidden.shape[0])
+        return real_apply(hidden, *rest)
+
     weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     weights = weights * batch.mask
-
-    lp_c, ent_c = response_logprobs(model, batch, chunk=chunk, temperature=temperature, with_entropy=with_entropy)
-    ((lp_c * weights).sum() + (ent_c.sum() if with_entropy else 0)).backward()
+    with (model.get_output_embeddings().register_forward_hook(lambda m, i, o: seen_rows.append(i[0].shape[0]))
+          if observed else mock.patch.object(fused, "apply", counted)):
+        lp_c, ent_c = response_logprobs(model, batch, chunk=chunk, temperature=temperature, with_entropy=with_entropy)
+        ((lp_c * weights).sum() + (ent_c.sum() if with_entropy else 0)).backward()
     grads_c = {n: p.grad.clone() for n, p in model.named_parameters()}
-    hook.remove()
     model.zero_grad()
     lp_f, ent_f = full_logits_logprobs(model, batch, temperature=temperature, with_entropy=with_entropy)
     ((lp_f * weights).sum() + (ent_f.sum() if with_entropy else 0)).backward()
 
-    if chunk < batch.num_tokens:  # lm_head only ever saw chunks of <= chunk rows, forward and backward recompute
+    if chunk < batch.num_tokens:  # the head only ever saw chunks of <= chunk rows, forward and backward recompute
         assert seen_rows and max(seen_rows) <= chunk and len(seen_rows) >= 2 * math.ceil(batch.num_tokens / chunk)
     else:  # one chunk: nothing to save by recomputing it
         assert seen_rows == [batch.num_tokens]
@@ -206,6 +217,90 @@ def _chunked_logprobs_equal_full_logits(temperature, with_entropy, chunk):
     assert torch.all(lp_c[batch.mask == 0] == 0)
     for n, p in model.named_parameters():
         assert_close_by_size(grads_c[n], p.grad, _grad_terms(model, batch.num_tokens))
+
+
+def _head_case(dtype, bias: bool, rows: int, vocab: int = 300, hidden: int = 24):
+    g = torch.Generator().manual_seed(11)
+    head = torch.nn.Linear(hidden, vocab, bias=bias).to(dtype)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(vocab, hidden, generator=g, dtype=dtype))
+        if bias:
+            head.bias.copy_(torch.randn(vocab, generator=g, dtype=dtype))
+    h = torch.randn(rows, hidden, generator=g, dtype=dtype, requires_grad=True)
+    targets = torch.randint(0, vocab, (rows,), generator=g)
+    weights = torch.randn(rows, generator=g, dtype=torch.float64)
+    return head, h, targets, weights
+
+
+def _run_head(fused: bool, head, h, targets, weights, temperature: float):
+    for t in (h, *head.parameters()):
+        t.grad = None
+    out = (linear_target_logprobs(h, head, targets, temperature) if fused
+           else target_logprobs(head(h), targets, temperature))
+    (out * weights.to(out.dtype)).sum().backward()
+    return out.detach(), h.grad, {n: p.grad for n, p in head.named_parameters()}
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_linear_target_logprobs_equal_head_then_target(bias, temperature):
+    """The LM head inside the target log-prob (rows in blocks of _ROWS in backward) against the
+    head module then target_logprobs: float64 values and the hidden, weight and bias gradients."""
+    rows = 2 * logprobs_module._ROWS + 5  # three blocks, the last one short
+    with exact_float64():
+        head, h, targets, weights = _head_case(torch.float64, bias, rows)
+        want = _run_head(False, head, h, targets, weights, temperature)
+        got = _run_head(True, head, h, targets, weights, temperature)
+    vocab = head.out_features
+    assert_close_by_size(got[0], want[0], vocab)  # per row: a vocabulary-size reduction
+    assert_close_by_size(got[1], want[1], vocab)  # hidden: sums over the vocabulary
+    assert set(got[2]) == set(want[2]) == ({"weight", "bias"} if bias else {"weight"})
+    for name in want[2]:  # head: sums over the rows
+        assert got[2][name].dtype == want[2][name].dtype
+        assert_close_by_size(got[2][name], want[2][name], rows)
+
+
+def test_linear_target_logprobs_under_bf16_autocast_and_its_largest_temporary():
+    """As training runs it (fp32 hidden, frozen bf16 head, bf16 autocast): the same logits, so the
+    same values bit for bit, and hidden gradients that differ only in their last bf16 rounding;
+    and no backward temporary of more than _ROWS x vocab elements, where the unfused path makes
+    [rows, vocab] ones."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(t, torch.Tensor):
+                    self.numel = max(self.numel, t.numel())
+            return out
+
+    rows = 3 * logprobs_module._ROWS
+    head, h, targets, weights = _head_case(torch.float32, False, rows)
+    head = head.to(torch.bfloat16).requires_grad_(False)
+    results, largest = [], []
+    for fused in (False, True):
+        h.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = (linear_target_logprobs(h, head, targets, 0.7) if fused
+                   else target_logprobs(head(h), targets, 0.7))
+        watch = Largest()
+        with watch:
+            (out * weights.float()).sum().backward()
+        results.append((out.detach(), h.grad.clone()))
+        largest.append(watch.numel)
+    (out_u, grad_u), (out_f, grad_f) = results
+    assert out_f.dtype == out_u.dtype == torch.float32 and torch.equal(out_f, out_u)
+    assert grad_f.dtype == grad_u.dtype == torch.float32
+    # each side rounds its fp32 sum over the vocabulary to bf16 once (half an ulp each)
+    tol = float(grad_u.abs().max()) * (torch.finfo(torch.bfloat16).eps + head.out_features * torch.finfo(torch.float32).eps)
+    torch.testing.assert_close(grad_f, grad_u, rtol=0, atol=tol)
+    assert largest[0] >= rows * head.out_features
+    assert largest[1] <= logprobs_module._ROWS * head.out_features
 
 
 @pytest.mark.parametrize("threads", THREADS)

@@ -11,7 +11,11 @@ The target's log-prob is one autograd function (`target_logprobs`): it keeps the
 logits as the LM head made them (bf16 under autocast) and the row normalisers, and its
 backward is softmax - onehot from those, instead of autograd's chain of an fp32 copy, the
 temperature division, log_softmax (keeping its fp32 output) and a gather (whose backward
-scatters into a zero [rows, vocab] tensor).
+scatters into a zero [rows, vocab] tensor). Where the head is a plain nn.Linear, the head is
+inside that function too (`linear_target_logprobs`): its backward turns a few rows of the
+logits at a time into hidden (and head) gradients, so no [N, vocab] gradient is ever whole;
+its fp32 temporaries are a few rows as well. That is the update's peak memory on CPU: the
+logits chunk and its gradient sit on top of every saved activation.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
@@ -128,25 +133,86 @@ def at_least_fp32(x: Tensor) -> Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
+# Rows of fp32 [rows, vocab] temporaries at a time in the target log-prob: the whole [N, vocab]
+# block in fp32 would be twice the bf16 logits again, alive on top of the saved activations.
+_ROWS = 128
+
+
+def _target_and_lse(logits: Tensor, targets: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    """Per row: log softmax(logits / T)[target] and logsumexp(logits / T), _ROWS rows at a time."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    lse = logits.new_empty(logits.shape[0], dtype=dtype)
+    out = logits.new_empty(logits.shape[0], dtype=dtype)
+    for s in range(0, logits.shape[0], _ROWS):
+        x = _scaled_copy(logits[s: s + _ROWS], temperature)
+        lse[s: s + _ROWS] = torch.logsumexp(x, dim=-1)
+        out[s: s + _ROWS] = x.gather(-1, targets[s: s + _ROWS, None]).squeeze(-1) - lse[s: s + _ROWS]
+    return out, lse
+
+
+def _logits_grad(logits: Tensor, targets: Tensor, lse: Tensor, grad: Tensor, temperature: float) -> Tensor:
+    """d(grad . target log-prob)/d logits of some rows: (onehot(target) - softmax(logits / T)) *
+    grad / T, in the logits' dtype (computed in at least fp32)."""
+    g = grad.to(lse.dtype)[:, None] / temperature
+    probs = _scaled_copy(logits, temperature).sub_(lse[:, None]).exp_()
+    return probs.mul_(-g).scatter_add_(-1, targets[:, None], g).to(logits.dtype)
+
+
 class _TargetLogprob(torch.autograd.Function):
     """log softmax(logits / T)[target] per row, computed in (at least) fp32."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor, temperature: float) -> Tensor:
-        x = _scaled_copy(logits, temperature)
-        lse = torch.logsumexp(x, dim=-1)
+        out, lse = _target_and_lse(logits, targets, temperature)
         ctx.save_for_backward(logits, targets, lse)
         ctx.temperature = temperature
-        return x.gather(-1, targets[:, None]).squeeze(-1) - lse
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         logits, targets, lse = ctx.saved_tensors
-        g = grad.to(lse.dtype)[:, None] / ctx.temperature
-        # d/dlogits = (onehot(target) - softmax(logits / T)) / T, times the incoming gradient
-        probs = _scaled_copy(logits, ctx.temperature).sub_(lse[:, None]).exp_()
-        out = probs.mul_(-g).scatter_add_(-1, targets[:, None], g)
-        return out.to(logits.dtype), None, None
+        return _logits_grad(logits, targets, lse, grad, ctx.temperature), None, None
+
+
+class _LinearTargetLogprob(torch.autograd.Function):
+    """log softmax(linear(hidden) / T)[target] per row, the LM head inside: backward goes from
+    the saved logits to the hidden (and head) gradients _ROWS rows at a time, so no [N, vocab]
+    gradient is ever whole. The matmuls run in the autocast dtype when autocast is on (as the
+    head module would), the softmax in at least fp32."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Optional[Tensor], targets: Tensor,
+                temperature: float) -> Tensor:
+        kind = hidden.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else \
+            torch.promote_types(hidden.dtype, weight.dtype)
+        h, w = hidden.to(dtype), weight.to(dtype)
+        with torch.autocast(kind, enabled=False):
+            logits = F.linear(h, w, bias.to(dtype) if bias is not None else None)
+        out, lse = _target_and_lse(logits, targets, temperature)
+        ctx.save_for_backward(h, w, logits, targets, lse)
+        ctx.temperature, ctx.dtypes = temperature, (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        h, w, logits, targets, lse = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(h) if need_h else None
+        acc = torch.promote_types(w.dtype, torch.float32)
+        grad_w = torch.zeros(w.shape, dtype=acc, device=w.device) if need_w else None
+        grad_b = torch.zeros(w.shape[0], dtype=acc, device=w.device) if need_b and ctx.dtypes[2] else None
+        for s in range(0, logits.shape[0], _ROWS):
+            gl = _logits_grad(logits[s: s + _ROWS], targets[s: s + _ROWS], lse[s: s + _ROWS],
+                              grad[s: s + _ROWS], ctx.temperature)
+            if grad_h is not None:
+                torch.mm(gl, w, out=grad_h[s: s + _ROWS])
+            if grad_w is not None:
+                grad_w += gl.t().mm(h[s: s + _ROWS])
+            if grad_b is not None:
+                grad_b += gl.sum(0)
+        return tuple(g.to(d) if g is not None else None for g, d in zip((grad_h, grad_w, grad_b), ctx.dtypes)) \
+            + (None, None)
 
 
 def _scaled_copy(logits: Tensor, temperature: float) -> Tensor:
@@ -159,9 +225,24 @@ def target_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -
     return _TargetLogprob.apply(logits, targets, float(temperature))
 
 
+def linear_target_logprobs(hidden: Tensor, head: torch.nn.Linear, targets: Tensor,
+                           temperature: float = 1.0) -> Tensor:
+    """[N, H] hidden, [N] targets -> [N] log-probs of the targets under softmax(head(hidden) / T)."""
+    return _LinearTargetLogprob.apply(hidden, head.weight, head.bias, targets, float(temperature))
+
+
+def _plain_linear(module: torch.nn.Module) -> bool:
+    """A bare nn.Linear whose call nothing observes (no hooks), so its weight can be used directly."""
+    return (type(module) is torch.nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
+            and not torch.nn.modules.module._global_forward_hooks
+            and not torch.nn.modules.module._global_forward_pre_hooks)
+
+
 def _chunk_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module, temperature: float,
                     softcap: Optional[float], with_entropy: bool):
     if not softcap and not with_entropy:
+        if _plain_linear(lm_head):
+            return linear_target_logprobs(hidden, lm_head, targets, temperature), None
         return target_logprobs(lm_head(hidden), targets, temperature), None
     logits = at_least_fp32(lm_head(hidden))
     if softcap:

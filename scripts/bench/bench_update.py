@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench/bench_update.py                 # embedded model, LoRA r16, bf16
     .venv/bin/python scripts/bench/bench_update.py --full          # full fine-tuning (fp32 master)
     .venv/bin/python scripts/bench/bench_update.py --chunk 100000  # one chunk: all response logits at once
+    .venv/bin/python scripts/bench/bench_update.py --head-module   # the LM head as a module, then the log-prob
 
 Prints one JSON line: model load time, per-step update time (the first step separately, as it
 warms up), old-logprob recompute time, peak RSS after loading and after the updates.
@@ -38,6 +39,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--head-module", action="store_true",
+                    help="run the LM head as its module, then the target log-prob (the path a hook on the head "
+                         "takes), instead of inside one function (linear_target_logprobs): an A/B of the two")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -56,6 +60,8 @@ def main(argv=None) -> dict:
     worker = build_policies(cfg, ["agent"]).workers["shared"]
     load_s = time.perf_counter() - t0
     rss_loaded = peak_rss_mb()
+    if args.head_module:  # an observed head is called as a module (logprobs._plain_linear)
+        worker.model.get_output_embeddings().register_forward_hook(lambda module, inputs, output: None)
     vocab = worker.model.get_input_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=g).tolist()
@@ -78,7 +84,7 @@ def main(argv=None) -> dict:
         "model": args.model, "mode": "full" if args.full else f"lora-r{args.rank}", "dtype": args.dtype,
         "sequences": args.sequences, "k": args.k, "tokens_per_sequence": args.prompt_len + args.response_len,
         "micro_batch": args.micro_batch, "logprob_chunk": args.chunk, "threads": torch.get_num_threads(),
-        "gradient_checkpointing": args.gradient_checkpointing,
+        "gradient_checkpointing": args.gradient_checkpointing, "head": "module" if args.head_module else "fused",
         "load_s": round(load_s, 2), "logprobs_no_grad_s": round(logprob_s, 2),
         "update_s_first": round(times[0], 2),
         "update_s_rest_mean": round(sum(times[1:]) / max(1, len(times) - 1), 2) if len(times) > 1 else None,
