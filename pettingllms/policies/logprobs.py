@@ -176,9 +176,10 @@ class _TargetLogprob(torch.autograd.Function):
 
 class _LinearTargetLogprob(torch.autograd.Function):
     """log softmax(linear(hidden) / T)[target] per row, the LM head inside: backward goes from
-    the saved logits to the hidden (and head) gradients _ROWS rows at a time, so no [N, vocab]
-    gradient is ever whole. The matmuls run in the autocast dtype when autocast is on (as the
-    head module would), the softmax in at least fp32."""
+    the saved logits to the hidden gradient _ROWS rows at a time, so under a frozen head (LoRA)
+    no [N, vocab] gradient is ever whole; fp32 temporaries are _ROWS rows either way. The
+    matmuls run in the autocast dtype when autocast is on (as the head module would), the
+    softmax in at least fp32."""
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Optional[Tensor], targets: Tensor,
@@ -198,19 +199,27 @@ class _LinearTargetLogprob(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         h, w, logits, targets, lse = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_h = torch.empty_like(h) if need_h else None
-        acc = torch.promote_types(w.dtype, torch.float32)
-        grad_w = torch.zeros(w.shape, dtype=acc, device=w.device) if need_w else None
-        grad_b = torch.zeros(w.shape[0], dtype=acc, device=w.device) if need_b and ctx.dtypes[2] else None
-        for s in range(0, logits.shape[0], _ROWS):
-            gl = _logits_grad(logits[s: s + _ROWS], targets[s: s + _ROWS], lse[s: s + _ROWS],
-                              grad[s: s + _ROWS], ctx.temperature)
-            if grad_h is not None:
-                torch.mm(gl, w, out=grad_h[s: s + _ROWS])
-            if grad_w is not None:
-                grad_w += gl.t().mm(h[s: s + _ROWS])
-            if grad_b is not None:
-                grad_b += gl.sum(0)
+        need_b = need_b and ctx.dtypes[2] is not None
+
+        def block(s: int) -> Tensor:
+            rows = slice(s, s + _ROWS)
+            return _logits_grad(logits[rows], targets[rows], lse[rows], grad[rows], ctx.temperature)
+
+        grad_h = grad_w = grad_b = None
+        if need_w or need_b:
+            # The head trains (full fine-tuning): its gradient sums over every row, so the [N, vocab]
+            # gradient is made whole, in the logits' dtype as the head module's backward makes it,
+            # and each product is one GEMM (blocks of rows would add a [vocab, H] pass per block).
+            gl = torch.empty_like(logits)
+            for s in range(0, logits.shape[0], _ROWS):
+                gl[s: s + _ROWS] = block(s)
+            grad_h = gl.mm(w) if need_h else None
+            grad_w = gl.t().mm(h) if need_w else None
+            grad_b = gl.sum(0) if need_b else None
+        elif need_h:
+            grad_h = torch.empty_like(h)
+            for s in range(0, logits.shape[0], _ROWS):
+                torch.mm(block(s), w, out=grad_h[s: s + _ROWS])
         return tuple(g.to(d) if g is not None else None for g, d in zip((grad_h, grad_w, grad_b), ctx.dtypes)) \
             + (None, None)
 
