@@ -26,8 +26,12 @@ first 16 of each grid env (EVAL_LIMITS: their prompts are about twice as long; e
 names its N). That is 8 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1
 training step 36.5 s (gen 21.3, update 13.9). Measured as run (one thread per run, two to four
 runs sharing 2 cores): math trainings 13-29 min each, grid trainings 27-40 min, evaluations 1-9
-min; the whole table summed to over 5 hours of run wall time, so run it in two or three
-processes with disjoint --only sets (each run is one process; they never share a run).
+min; the whole table summed to over 5 hours of run wall time (code of 920031c). At the code of
+8d7d3e2, one run at a time on the whole 2-core box, `--only math_easy/at_grpo_l1,plan_path_easy/at_grpo_l1
+--seeds 0` took 305 s (math training) and 345 s (plan-path training): 18 trainings at those
+rates and 8 evaluations come to about 1 h 45 min run one after the other (a projection from those
+two runs; the whole table has not been re-run at that code). Split it into processes with
+disjoint --only sets only when there are cores to spare (each run is one process).
 A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an interrupted training resumes from its last checkpoint). After each run the
 table is rebuilt: OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are
 outside the noise), cpu_table.png (reward and held-out curves with seed bands), cpu_table.json.
