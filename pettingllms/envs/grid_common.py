@@ -287,6 +287,11 @@ class GridTaskEnv(MultiAgentEnv):
     def format_actions(self, actions: list[Any]) -> str:
         return ", ".join(str(a) for a in actions)
 
+    def reference_actions(self, state: Any) -> list[Any]:
+        """A shortest action sequence that solves `state` (from the game's own solver), or [] when
+        none is known; for supervised cold-start rows (envs/grid_cold_start.py), never for rollouts."""
+        raise NotImplementedError(f"{type(self).__name__} has no reference solver")
+
     def describe_state(self, state: Any) -> str:
         """The state's key positions in words, shown under the grid: small models misread
         coordinates off a drawn grid far more often than they misplan (see easy_levels.md)."""

@@ -12,7 +12,7 @@ from typing import Any
 from pettingllms.envs.grid_common import (MOVE_DELTAS, MoveGridEnv, cell_words, offset_words, register_variants,
                                           render_grid)
 from pettingllms.envs.plan_path import prompts
-from pettingllms.envs.plan_path.game import distances, free
+from pettingllms.envs.plan_path.game import distances, free, shortest_path
 
 
 class PlanPathEnv(MoveGridEnv):
@@ -55,6 +55,9 @@ class PlanPathEnv(MoveGridEnv):
             return 1.0
         d = self.to_goal[state["pos"][0]][state["pos"][1]]
         return max(0.0, 1.0 - d / max(1, self.start_distance))
+
+    def reference_actions(self, state: dict[str, Any]) -> list[Any]:
+        return list(shortest_path(self.rows, tuple(state["pos"]), self.goal) or "")
 
     def _rows(self, state: dict[str, Any]) -> list[str]:
         cells = [list(row) for row in self.rows]

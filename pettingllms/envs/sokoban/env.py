@@ -6,12 +6,13 @@ of the Manhattan distance to the nearest target and D0 its value at the start.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from pettingllms.envs.grid_common import MoveGridEnv, cell_words, offset_words, register_variants, render_grid
 from pettingllms.envs.sokoban import prompts
-from pettingllms.envs.sokoban.game import Level, parse_rows, try_move
+from pettingllms.envs.sokoban.game import Level, parse_rows, solve, try_move
 
 
 class SokobanEnv(MoveGridEnv):
@@ -49,6 +50,11 @@ class SokobanEnv(MoveGridEnv):
         on = sum(tuple(b) in self.level.targets for b in state["boxes"]) / len(state["boxes"])
         closer = max(0.0, 1.0 - self._distance(state) / self.start_distance)
         return 0.5 * on + 0.5 * closer
+
+    def reference_actions(self, state: dict[str, Any]) -> list[Any]:
+        now = dataclasses.replace(self.level, player=tuple(state["player"]),
+                                  boxes=frozenset(map(tuple, state["boxes"])))
+        return list(solve(now) or "")
 
     def _rows(self, state: dict[str, Any]) -> list[str]:
         return self.level.rows(frozenset(map(tuple, state["boxes"])), tuple(state["player"]))

@@ -18,9 +18,10 @@ TIERS = {
     "4x4": (2, 2, 6, 10, 0.6),
     "9x9": (3, 3, 30, 50, 0.4),
 }
-# `sudoku_easy` (env.data=sudoku_easy): 4x4 grids with 1-2 blanks. A 135M model scores 0% with
-# 2-4 blanks; here its untrained success is in the 10-60% band (docs/results/easy_levels.md),
-# so RL at CPU scale has mixed groups to learn from.
+# `sudoku_easy` (env.data=sudoku_easy): 4x4 grids with 1-2 blanks. The untrained 135M model
+# scores 0% with 2-4 blanks and still only ~4% here (docs/results/easy_levels.md), below the
+# 10-60% where RL has mixed groups; scripts/train/sudoku/sudoku_easy_cold_start.sh starts it
+# from a short SFT on solved train puzzles (pettingllms/envs/grid_cold_start.py).
 EASY_TIERS = {"4x4_easy": (2, 2, 1, 2, 1.0)}
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}
 DATA_NAMES = ("sudoku", "sudoku_easy")  # what training builds on first use (pettingllms.envs.dataset)

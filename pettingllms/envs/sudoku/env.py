@@ -120,6 +120,13 @@ class SudokuEnv(GridTaskEnv):
             return 0.0
         return filled / self.blanks
 
+    def reference_actions(self, state: dict[str, Any]) -> list[Any]:
+        count, solution = search(state["grid"], self.box_h, self.box_w, limit=1)
+        if count < 1 or solution is None:
+            return []
+        return [("fill", r + 1, c + 1, solution[r][c]) for r in range(self.n) for c in range(self.n)
+                if not state["grid"][r][c]]
+
     def render_state(self, state: dict[str, Any]) -> str:
         rows = [["." if v == 0 else str(v) for v in row] for row in state["grid"]]
         return render_grid(rows, coords=True, boxes=(self.box_h, self.box_w))

@@ -2,7 +2,8 @@
 # sudoku, easy level (env.data=sudoku_easy, built on first use): MAS + AT-GRPO with a shared LoRA
 # policy, sized for CPU. The untrained embedded model (135M) still scores ~0 here (it rarely writes
 # a valid move: docs/results/easy_levels.md), so with it most groups carry no signal; a larger
-# model (model=... ) or an SFT start (trainer.init_from=...) is needed for RL to climb.
+# model (model=... ) or an SFT start is needed for RL to climb: sudoku_easy_cold_start.sh runs this
+# recipe from one (trainer.init_from=<its SFT run>).
 # Extra arguments go to the trainer (e.g. trainer.total_steps=10 rollout.k=8); --dry-run prints the config.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
