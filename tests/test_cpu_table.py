@@ -37,7 +37,7 @@ def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
     math_rows = {r.name for col, r, _ in runs if col == "math_easy"}
     assert math_rows == {"single", "single_grpo", "mas", "mas_flat_grpo", "at_grpo_l1", "at_grpo_l2",
                          "group_none", "group_agent", "group_turn"}
-    assert {col for col, _, _ in runs} == {"math_easy", "plan_path_easy", "sokoban_easy"}
+    assert {col for col, _, _ in runs} == {"math_easy", "plan_path_easy", "sokoban_easy", "sudoku_easy"}
     for col, row, _ in runs:
         assert sorted(seed for c, r, seed in runs if (c, r.name) == (col, row.name)) == [0, 1]
     budget_keys = ("trainer.total_steps=", "rollout.batch_size=", "rollout.k=", "rollout.sampling.max_new_tokens=",
@@ -50,10 +50,27 @@ def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
     limits = {(col, o) for col, row, _ in per_column
               for o in ct.run_overrides(_settings(eval_limit=None), col, row, 0) if o.startswith("eval.limit=")}
     assert limits == {("math_easy", "eval.limit=48"), ("plan_path_easy", "eval.limit=16"),
-                      ("sokoban_easy", "eval.limit=16")}
+                      ("sokoban_easy", "eval.limit=16"), ("sudoku_easy", "eval.limit=16")}
     flat = next(r for c, r, _ in runs if r.name == "mas_flat_grpo")
     assert {"rollout=flat", "algorithm=grpo"} <= set(flat.overrides)
     assert ct.plan(s, {"math_easy/mas"}) == [("math_easy", ct.MATH_ROWS[2], 0), ("math_easy", ct.MATH_ROWS[2], 1)]
+
+
+def test_cold_start_rows_start_from_their_seeds_sft():
+    s = _settings(work=Path("w"))
+    rows = {r.name: r for c, r, seed in ct.plan(s, {"sudoku_easy"}) if seed == 1}
+    assert set(rows) == {"mas", "mas_sft", "at_grpo_l1_sft"}
+    sft = Path("w/cold_start/sudoku_easy/seed1/sft")
+    over = lambda name: ct.run_overrides(s, "sudoku_easy", rows[name], 1)
+    assert f"eval.checkpoint={sft}" in over("mas_sft") and f"trainer.init_from={sft}" in over("at_grpo_l1_sft")
+    assert not any(o.startswith(("eval.checkpoint=", "trainer.init_from=")) for o in over("mas"))
+    build, train = ct.cold_start_commands(s, "sudoku_easy", 1)
+    assert build[build.index("--out") + 1] == str(sft.parent / "data") and "seed=1" in build
+    assert f"sft.data={sft.parent / 'data' / 'train.jsonl'}" in train and "seed=1" in train
+    # the SFT's run folder is <output_dir>/<experiment>/<run_name>: the path the rows load
+    opts = dict(o.split("=", 1) for o in train if "=" in o)
+    assert Path(opts["trainer.output_dir"]) / opts["experiment"] / opts["trainer.run_name"] == sft
+    assert rows["at_grpo_l1_sft"].base == "mas_sft"  # its curve starts at the SFT start's score
 
 
 def test_noise_verdicts_by_hand():
@@ -99,3 +116,29 @@ def test_tiny_run_writes_skips_and_tabulates(tmp_path):
     assert rebuilt.returncode == 0 and "skipped" not in rebuilt.stdout
     body = lambda text: text[text.index("## math_easy"):]  # the header line names the command run
     assert body((tmp_path / "docs" / "cpu_table.md").read_text()) == body(md)
+
+
+@pytest.mark.slow
+def test_tiny_cold_start_column_runs_once_per_seed_and_is_kept(tmp_path):
+    (tmp_path / "data").mkdir()
+    args = [sys.executable, str(SCRIPT), "--only", "sudoku_easy/mas_sft,sudoku_easy/at_grpo_l1_sft", "--seeds", "0",
+            "--steps", "1", "--batch", "1", "--k", "2", "--tokens", "8", "--eval-limit", "2", "--eval-k", "1",
+            "--cold-start-problems", "3", "--work", str(tmp_path / "w"), "--out-dir", str(tmp_path / "docs"),
+            "model=tiny", "trainer.threads=1", f"env.data_root={tmp_path / 'data'}"]
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count("cold start sudoku_easy/seed0") == 2  # build + SFT, once for both rows
+    cold = json.loads((tmp_path / "w" / "cold_start" / "sudoku_easy" / "seed0" / "cold_start.json").read_text())
+    assert cold["rows"] == 3 and cold["wall_s"] > 0
+    sft = tmp_path / "w" / "cold_start" / "sudoku_easy" / "seed0" / "sft"
+    assert (sft / "sft_summary.json").exists()
+    for row in ("mas_sft", "at_grpo_l1_sft"):
+        rec = json.loads((tmp_path / "w" / "results" / "sudoku_easy" / row / "seed0.json").read_text())
+        assert rec["cold_start"]["dir"] == cold["dir"] and 0 <= rec["avg"] <= 1
+        # every finished run's JSON is copied next to the table, for committing
+        assert json.loads((tmp_path / "docs" / "cpu_table_runs" / "sudoku_easy" / row / "seed0.json").read_text()) == rec
+    from omegaconf import OmegaConf
+    trained = OmegaConf.load(tmp_path / "w" / "runs" / "cpu_sudoku_easy_at_grpo_l1_sft" / "at_grpo_l1_sft-s0"
+                             / "config.yaml")
+    assert Path(str(trained.trainer.init_from)) == sft
+    assert "AT-GRPO training > its SFT start" in (tmp_path / "docs" / "cpu_table.md").read_text()

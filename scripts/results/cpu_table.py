@@ -42,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -61,12 +62,13 @@ class Row:
     mode: str  # train | eval
     config: str
     overrides: tuple[str, ...] = ()
-    kind: str = "mas"  # mas | single: which untrained row is its step-0 point
+    base: str = "mas"  # the untrained row (same column and seed) that is this row's step-0 point
+    cold_start: bool = False  # starts from the column's SFT cold start of the same seed
 
 
 MATH_ROWS = (
-    Row("single", "Single agent", "eval", "single_grpo", kind="single"),
-    Row("single_grpo", "Single agent + GRPO", "train", "single_grpo", kind="single"),
+    Row("single", "Single agent", "eval", "single_grpo", base="single"),
+    Row("single_grpo", "Single agent + GRPO", "train", "single_grpo", base="single"),
     Row("mas", "MAS", "eval", "math_L1_prompt"),
     Row("mas_flat_grpo", "MAS + flat GRPO", "train", "math_L1_prompt", ("rollout=flat", "algorithm=grpo")),
     Row("at_grpo_l1", "MAS + AT-GRPO (L1, group by both)", "train", "math_L1_prompt"),
@@ -82,14 +84,24 @@ GRID_ROWS = (
     Row("mas", "MAS", "eval", "at_grpo_shared"),
     Row("at_grpo_l1", "MAS + AT-GRPO (L1)", "train", "at_grpo_shared"),
 )
+# sudoku_easy: the untrained model almost never writes a valid move there, so its AT-GRPO row
+# starts from a plan-agent SFT cold start on solved train puzzles (one per seed, see cold_start)
+COLD_START_ROWS = (
+    Row("mas", "MAS", "eval", "at_grpo_shared"),
+    Row("mas_sft", "MAS after the SFT cold start", "eval", "at_grpo_shared", cold_start=True),
+    Row("at_grpo_l1_sft", "MAS + SFT cold start + AT-GRPO (L1)", "train", "at_grpo_shared", base="mas_sft",
+        cold_start=True),
+)
 COLUMNS: dict[str, tuple[tuple[str, ...], tuple[Row, ...]]] = {
     MATH: (("env.data=math_easy",), MATH_ROWS),
     "plan_path_easy": (("env=plan_path", "env.data=plan_path_easy"), GRID_ROWS),
     "sokoban_easy": (("env=sokoban", "env.data=sokoban_easy"), GRID_ROWS),
+    "sudoku_easy": (("env=sudoku", "env.data=sudoku_easy"), COLD_START_ROWS),
 }
 # held-out problems per column (--eval-limit overrides all): the grid prompts are about twice as
 # long, and one 48-problem evaluation there took 17 min on one core
-EVAL_LIMITS = {MATH: 48, "plan_path_easy": 16, "sokoban_easy": 16}
+EVAL_LIMITS = {MATH: 48, "plan_path_easy": 16, "sokoban_easy": 16, "sudoku_easy": 16}
+COLD_START_PROBLEMS = 256  # solved train puzzles per cold start (one SFT row each, one epoch)
 # (better, worse, claim): the paper's orderings, checked per column where both rows exist
 CLAIMS = (
     ("mas", "single", "MAS > single agent (untrained)"),
@@ -99,6 +111,8 @@ CLAIMS = (
     ("at_grpo_l1", "group_agent", "grouping: both > agent"),
     ("group_agent", "group_turn", "grouping: agent > turn"),
     ("group_turn", "group_none", "grouping: turn > none"),
+    ("mas_sft", "mas", "SFT cold start > untrained MAS"),
+    ("at_grpo_l1_sft", "mas_sft", "AT-GRPO training > its SFT start"),
 )
 
 
@@ -115,6 +129,7 @@ class Settings:
     work: Path
     out_dir: Path
     extra: list[str] = field(default_factory=list)
+    cold_start_problems: int = COLD_START_PROBLEMS
     argv: list[str] = field(default_factory=list)  # the command line, for the table's header
 
 
@@ -134,7 +149,51 @@ def run_overrides(s: Settings, column: str, row: Row, seed: int) -> list[str]:
     else:
         common += [f"eval.output={result_path(s, column, row, seed).with_suffix('.eval.json')}",
                    f"trainer.output_dir={s.work / 'runs'}"]
+    if row.cold_start:
+        key = "trainer.init_from" if row.mode == "train" else "eval.checkpoint"
+        common.append(f"{key}={cold_start_dir(s, column, seed) / 'sft'}")
     return common + s.extra
+
+
+# ----------------------------------------------------------------------------- the SFT cold start
+
+def cold_start_dir(s: Settings, column: str, seed: int) -> Path:
+    return s.work / "cold_start" / column / f"seed{seed}"
+
+
+def cold_start_commands(s: Settings, column: str, seed: int) -> list[list[str]]:
+    """Build the column's SFT rows (the plan agent's real turn-1 prompts on train problems, the
+    solver's answer), then SFT into <dir>/sft: configs/grid_cold_start.yaml, this seed."""
+    env_over, _ = COLUMNS[column]
+    d = cold_start_dir(s, column, seed)
+    same = [*env_over, f"seed={seed}", "env.max_turns=2", f"rollout.sampling.max_new_tokens={s.tokens}"]
+    return [[sys.executable, str(ROOT / "scripts" / "dataprocess" / "build_grid_sft.py"), "--out", str(d / "data"),
+             "--problems", str(s.cold_start_problems), *same, *s.extra],
+            [sys.executable, "-m", "pettingllms.sft", "--config-name", "grid_cold_start", *same,
+             f"sft.data={d / 'data' / 'train.jsonl'}", f"trainer.output_dir={d.parent}",
+             f"experiment={d.name}", "trainer.run_name=sft", *s.extra]]
+
+
+def ensure_cold_start(s: Settings, column: str, seed: int) -> dict | None:
+    """Run the cold start once per (column, seed); its record (wall time, rows) or None on failure."""
+    d = cold_start_dir(s, column, seed)
+    done = d / "cold_start.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    build, sft = cold_start_commands(s, column, seed)
+    t0 = time.perf_counter()
+    for cmd in (build, sft):
+        if cmd is sft and (d / "sft").exists():  # an interrupted SFT: it is short, start it again
+            shutil.rmtree(d / "sft")
+        print(f"  cold start {column}/seed{seed}: {' '.join(cmd[1:])}", flush=True)
+        if subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode != 0:
+            return None
+    report = json.loads((d / "data" / "report.json").read_text())
+    rec = {"column": column, "seed": seed, "dir": str(d), "wall_s": time.perf_counter() - t0,
+           "git_commit": git_commit(), "commands": [" ".join(c) for c in (build, sft)],
+           "rows": report["rows"], "problems": report["problems"]}
+    _write_json(done, rec)
+    return rec
 
 
 def eval_limit(s: Settings, column: str) -> int:
@@ -232,7 +291,9 @@ def load_results(s: Settings) -> dict[tuple[str, str], list[dict]]:
 
 
 def markdown(s: Settings, results: dict[tuple[str, str], list[dict]]) -> str:
-    wall = sum(r["wall_s"] for recs in results.values() for r in recs)
+    cold_starts = {r["cold_start"]["dir"]: r["cold_start"]["wall_s"] for recs in results.values() for r in recs
+                   if "cold_start" in r}  # one per (column, seed), shared by that seed's rows
+    wall = sum(r["wall_s"] for recs in results.values() for r in recs) + sum(cold_starts.values())
     commits = sorted({r["git_commit"] for recs in results.values() for r in recs})
     models = sorted({r.get("model", "?") for recs in results.values() for r in recs})
     lines = [f"# CPU results table ({', '.join(models)})", "",
@@ -290,9 +351,8 @@ def plot(results: dict[tuple[str, str], list[dict]], path: Path) -> None:
                 if not recs or row.mode != "train":
                     continue
                 curves = [dict(map(tuple, r[curve])) for r in recs]
-                if curve == "val_curve":  # step 0: the untrained row of the same kind and seed
-                    base = {r["seed"]: r["avg"] for r in results.get((column, "single" if row.kind == "single"
-                                                                      else "mas"), [])}
+                if curve == "val_curve":  # step 0: the row it starts from, same seed
+                    base = {r["seed"]: r["avg"] for r in results.get((column, row.base), [])}
                     for c, r in zip(curves, recs):
                         if r["seed"] in base:
                             c[0] = base[r["seed"]]
@@ -316,11 +376,17 @@ def plot(results: dict[tuple[str, str], list[dict]], path: Path) -> None:
 
 
 def rebuild(s: Settings) -> None:
+    """The table, its JSON and PNG, and a copy of every finished run's result (and evaluation)
+    JSON under OUT_DIR/cpu_table_runs/, so committing OUT_DIR keeps each run's command and metrics."""
     results = load_results(s)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     (s.out_dir / "cpu_table.md").write_text(markdown(s, results))
     _write_json(s.out_dir / "cpu_table.json", {f"{c}/{r}": recs for (c, r), recs in results.items()})
     plot(results, s.out_dir / "cpu_table.png")
+    for path in sorted((s.work / "results").glob("*/*/seed*.json")):
+        copy = s.out_dir / "cpu_table_runs" / path.relative_to(s.work / "results")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
 
 
 # ----------------------------------------------------------------------------- main
@@ -339,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="held-out problems, the first N of test (default: 48 on math_easy, 16 on the grid envs)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the table from the finished runs, run nothing")
     ap.add_argument("--eval-k", type=int, default=2)
+    ap.add_argument("--cold-start-problems", type=int, default=COLD_START_PROBLEMS,
+                    help="train puzzles (SFT rows) per cold start of a cold-start column")
     ap.add_argument("--val-every", type=int, default=None,
                     help="held-out eval every N steps (divides --steps; default: only at the last step)")
     ap.add_argument("--work", default="outputs/cpu_table", help="runs and per-run results")
@@ -353,12 +421,18 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(seeds=[int(x) for x in args.seeds.split(",") if x.strip()], steps=args.steps, batch=args.batch,
                  k=args.k, tokens=args.tokens, eval_limit=args.eval_limit, eval_k=args.eval_k,
                  val_every=args.val_every, work=Path(args.work), out_dir=Path(args.out_dir), extra=extra,
+                 cold_start_problems=args.cold_start_problems,
                  argv=[a for a in (sys.argv[1:] if argv is None else argv) if a != "--rebuild"])
     only = {x.strip() for x in args.only.split(",") if x.strip()} or None
     runs = [] if args.rebuild else plan(s, only)
     if args.dry_run:
         from pettingllms.cli.config_loading import load_config, to_yaml
+        shown: set[tuple[str, int]] = set()
         for column, row, seed in runs:
+            if row.cold_start and (column, seed) not in shown:
+                shown.add((column, seed))
+                for cmd in cold_start_commands(s, column, seed):
+                    print(f"# cold start {column} / seed {seed}: {' '.join(cmd[1:])}")
             print(f"# == {column} / {row.name} / seed {seed} ({row.mode}): {' '.join(command(s, column, row, seed)[1:])}")
             print(to_yaml(load_config(row.config, run_overrides(s, column, row, seed))), end="")
         return 0
@@ -370,13 +444,21 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cmd = command(s, column, row, seed)
         print(f"[{n}/{len(runs)}] {column}/{row.name}/seed{seed}: {' '.join(cmd[1:])}", flush=True)
+        cold = ensure_cold_start(s, column, seed) if row.cold_start else None
+        if row.cold_start and cold is None:
+            print("cold start failed; the table keeps what finished", file=sys.stderr)
+            rebuild(s)
+            return 1
         t0 = time.perf_counter()
         rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
         if rc != 0:
             print(f"run failed (exit {rc}); the table keeps what finished", file=sys.stderr)
             rebuild(s)
             return rc
-        _write_json(out, collect(s, column, row, seed, cmd, time.perf_counter() - t0))
+        rec = collect(s, column, row, seed, cmd, time.perf_counter() - t0)
+        if cold is not None:
+            rec["cold_start"] = cold
+        _write_json(out, rec)
         rebuild(s)
     rebuild(s)
     print(f"table: {s.out_dir / 'cpu_table.md'} ({(time.perf_counter() - t_all) / 60:.1f} min this call)")
