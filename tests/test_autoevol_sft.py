@@ -2,12 +2,12 @@
 its checkpoint as co-training's start, and the design-validity eval script (tiny model)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from script_helpers import load_script
 import torch
 
 from policy_helpers import make_cfg, make_samples
@@ -25,11 +25,7 @@ PROBLEMS = [{"id": f"m{i}", "question": f"What is {i} + 1?", "answer": str(i + 1
             for i in range(6)]
 
 
-def _script(rel: str):
-    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_script = load_script
 
 
 def test_sft_loss_is_the_token_mean_nll_of_the_reply():

@@ -1,21 +1,19 @@
 """scripts/bench/vs_trl.py: the plan it prints without training, and how it summarizes runs."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from script_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench" / "vs_trl.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("vs_trl", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/bench/vs_trl.py")
 
 
 def test_dry_run_prints_plan_and_versions(tmp_path):

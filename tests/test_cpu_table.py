@@ -2,27 +2,19 @@
 writes each result at once, skips finished runs on a re-run and builds the table and PNG."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "results" / "cpu_table.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("cpu_table", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["cpu_table"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ct = _module()
+ct = load_script("scripts/results/cpu_table.py")
 
 
 def _settings(**kw):

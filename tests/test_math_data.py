@@ -1,12 +1,12 @@
 """Math data: deterministic builds, reports, the GSM8K format, and the load_math CLI."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from script_helpers import load_script
 
 from pettingllms.envs.math import data
 from pettingllms.envs.math.verify import answers_equal, as_number
@@ -112,9 +112,7 @@ def test_trainer_seam_builds_the_easy_preset_by_folder_name(tmp_path):
 
 
 def test_load_math_cli(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("load_math", ROOT / "scripts" / "dataprocess" / "load_math.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = load_script("scripts/dataprocess/load_math.py")
     out = tmp_path / "easy"
     assert cli.main(["--preset", "math_easy", "--offline", "--seed", "2", "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -5,7 +5,6 @@ checked by composing the config each one names (fast, in-process) plus one real 
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,20 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "results" / "make_table.py"
 
 
-def _load_make_table():
-    spec = importlib.util.spec_from_file_location("make_table", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["make_table"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-mt = _load_make_table()
+mt = load_script("scripts/results/make_table.py")
 
 
 def eval_result(env: str, avg: float, pas: float, *, k: int = 4, checkpoint: str = "",
@@ -239,9 +231,7 @@ def test_recipe_passes_user_arguments_last():
 
 
 def test_plot_metrics_writes_a_png_and_refuses_unknown_keys(tmp_path):
-    spec = importlib.util.spec_from_file_location("plot_metrics", ROOT / "scripts" / "results" / "plot_metrics.py")
-    plot = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plot)
+    plot = load_script("scripts/results/plot_metrics.py")
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("\n".join(json.dumps({"step": s, "episode/team_reward": 0.1 * s, "reward/designer/mean": 0.2})
                                  for s in (1, 2, 3)) + "\n" + json.dumps({"step": 4, "val/x": 1.0}) + "\n")

@@ -14,27 +14,34 @@ split is fixed and disjoint from train; see pettingllms/envs/math/data.py easy_r
     group_none / group_agent / group_turn   AT-GRPO L1 with group_by [problem] / [problem, agent]
                     / [problem, turn]
 and on plan_path_easy and sokoban_easy: mas and at_grpo_l1 (the two grid envs whose easy level the
-untrained embedded model solves at 10-60%; sudoku_easy stays near 0: docs/results/easy_levels.md).
+untrained embedded model solves at 10-60%). On sudoku_easy the untrained model almost never writes
+a valid move (docs/results/easy_levels.md), so its column starts from a cold start:
+    mas             MAS, untrained
+    mas_sft         MAS after a plan-agent SFT on solved train puzzles   (eval of the SFT checkpoint)
+    at_grpo_l1_sft  AT-GRPO L1 from that SFT checkpoint                   (train, trainer.init_from)
+The cold start runs once per seed, before the first row that needs it: build_grid_sft.py rows
+(--cold-start-problems train puzzles) and configs/grid_cold_start.yaml's SFT, into
+WORK/cold_start/<column>/seed<S>/ (finished when its cold_start.json exists); its wall time is
+kept in each row's record and counted once in the table's total.
 Every trained row uses the same steps, problems per step, K, token budget and learning rate.
 Held-out accuracy (avg@k, pass@k) is the trainer's validation on the test split at every
---val-every steps (default: once, at the final step; the curve's step 0 is the untrained row of
-the same seed); untrained rows run pettingllms.evaluate on the same problems.
+--val-every steps (default: once, at the final step; the curve's step 0 is the eval row of the
+weights it starts from, same seed); eval rows run pettingllms.evaluate on the same problems.
 
 Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; held-out with k=2,
 16 problems per rollout call, on the first 48 test problems of math_easy (all of them) and the
 first 16 of each grid env (EVAL_LIMITS: their prompts are about twice as long; each column's table
-names its N). That is 8 evaluations and 18 trainings. Measured on 2 quiet cores: one AT-GRPO L1
-training step 36.5 s (gen 21.3, update 13.9). Measured as run (one thread per run, two to four
-runs sharing 2 cores): math trainings 13-29 min each, grid trainings 27-40 min, evaluations 1-9
-min; the whole table summed to over 5 hours of run wall time (code of 920031c). At the code of
-8d7d3e2, one run at a time on the whole 2-core box, `--only math_easy/at_grpo_l1,plan_path_easy/at_grpo_l1
---seeds 0` took 305 s (math training) and 345 s (plan-path training): 18 trainings at those
-rates and 8 evaluations come to about 1 h 45 min run one after the other (a projection from those
-two runs; the whole table has not been re-run at that code). Split it into processes with
-disjoint --only sets only when there are cores to spare (each run is one process).
-A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an interrupted training resumes from its last checkpoint). After each run the
-table is rebuilt: OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are
-outside the noise), cpu_table.png (reward and held-out curves with seed bands), cpu_table.json.
+names its N). That is 12 evaluations, 20 trainings and 2 cold starts. As recorded (wall_s in
+docs/results/cpu_table.json, code of a63320a/fbd0686, 2-core box): math trainings 250-335 s for
+AT-GRPO rows, 82-1005 s for the GRPO baselines, grid trainings 344-408 s, evaluations 26-97 s;
+the 26 runs of the first three columns summed to 117.8 min. A sudoku cold start took about 10 min
+(rows 4:37, SFT 5:00: seed 0, run by hand). Split the table into processes with disjoint --only
+sets only when there are cores to spare (each run is one process).
+A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an
+interrupted training resumes from its last checkpoint). After each run the table is rebuilt:
+OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are outside the noise),
+cpu_table.png (reward and held-out curves with seed bands), cpu_table.json, and a copy of every
+run's result JSON under OUT_DIR/cpu_table_runs/.
 """
 from __future__ import annotations
 
@@ -62,7 +69,7 @@ class Row:
     mode: str  # train | eval
     config: str
     overrides: tuple[str, ...] = ()
-    base: str = "mas"  # the untrained row (same column and seed) that is this row's step-0 point
+    base: str = "mas"  # the eval row (same column and seed) of the weights it starts from: its step-0 point
     cold_start: bool = False  # starts from the column's SFT cold start of the same seed
 
 
