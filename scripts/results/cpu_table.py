@@ -305,8 +305,8 @@ def markdown(s: Settings, results: dict[tuple[str, str], list[dict]]) -> str:
     models = sorted({r.get("model", "?") for recs in results.values() for r in recs})
     lines = [f"# CPU results table ({', '.join(models)})", "",
              f"Command: `bash scripts/results/cpu_table.sh{''.join(' ' + e for e in s.argv)}` "
-             f"(seeds {','.join(map(str, s.seeds))}; {s.steps} steps x {s.batch} problems, K={s.k}, "
-             f"{s.tokens} new tokens/turn; held-out k={s.eval_k} on the first N test problems, N per column).",
+             f"({s.steps} steps x {s.batch} problems, K={s.k}, {s.tokens} new tokens/turn; held-out "
+             f"k={s.eval_k} on the first N test problems, N and the seeds per column).",
              f"Git commit(s): {', '.join(commits) or '-'}. Summed wall time of the runs: {wall / 60:.1f} min.",
              "", "Values: held-out avg@k / pass@k in %, mean ± sd over seeds (n).", ""]
     for column, (_, rows) in COLUMNS.items():
@@ -314,7 +314,9 @@ def markdown(s: Settings, results: dict[tuple[str, str], list[dict]]) -> str:
         if not present:
             continue
         sizes = sorted({x["problems"] for r in present for x in results[(column, r.name)]})
-        lines += [f"## {column}", "", f"Held-out: the first {'/'.join(map(str, sizes))} test problems.", "",
+        seeds = sorted({x["seed"] for r in present for x in results[(column, r.name)]})
+        lines += [f"## {column}", "", f"Held-out: the first {'/'.join(map(str, sizes))} test problems. "
+                  f"Seeds: {','.join(map(str, seeds))} (n per row below).", "",
                   "| row | avg@k | pass@k | n |", "| --- | --- | --- | --- |"]
         for r in present:
             recs = results[(column, r.name)]
