@@ -34,9 +34,10 @@ first 16 of each grid env (EVAL_LIMITS: their prompts are about twice as long; e
 names its N). That is 12 evaluations, 20 trainings and 2 cold starts. As recorded (wall_s in
 docs/results/cpu_table.json, code of a63320a/fbd0686, 2-core box): math trainings 250-335 s for
 AT-GRPO rows, 82-1005 s for the GRPO baselines, grid trainings 344-408 s, evaluations 26-97 s;
-the 26 runs of the first three columns summed to 117.8 min. A sudoku cold start took about 10 min
-(rows 4:37, SFT 5:00: seed 0, run by hand). Split the table into processes with disjoint --only
-sets only when there are cores to spare (each run is one process).
+the 26 runs of the first three columns summed to 117.8 min; the sudoku column's cold starts took
+467-535 s each and its two seeds 28.3 min in all (code of d2c3176), so the default table is about
+2 h 26 min. Split the table into processes with disjoint --only sets only when there are cores to
+spare (each run is one process).
 A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an
 interrupted training resumes from its last checkpoint). After each run the table is rebuilt:
 OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are outside the noise),
