@@ -10,8 +10,6 @@ from pettingllms.envs import make_env
 from script_helpers import load_script
 
 SOLUTION = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1]]
-
-
 gb = load_script("scripts/results/sudoku_guess_baseline.py")
 
 
@@ -23,7 +21,9 @@ def _problem(blank_cells):
 
 
 def test_guess_reply_fills_every_empty_cell_once():
-    reply = gb.guess_reply(_problem([(0, 3), (2, 1)])["puzzle"], 4, random.Random(0))
+    env = make_env("sudoku", max_turns=2)
+    env.reset(_problem([(0, 3), (2, 1)]), 0)
+    reply = gb.guess_reply(env, random.Random(0))
     assert reply.startswith("Actions: (1, 4, ") and ", (3, 2, " in reply and reply.count("(") == 2
 
 

@@ -188,11 +188,11 @@ def ensure_cold_start(s: Settings, column: str, seed: int) -> dict | None:
     done = d / "cold_start.json"
     if done.exists():
         return json.loads(done.read_text())
+    if (d / "sft").exists():  # an interrupted cold start: it is short, start it again
+        shutil.rmtree(d / "sft")
     build, sft = cold_start_commands(s, column, seed)
     t0 = time.perf_counter()
     for cmd in (build, sft):
-        if cmd is sft and (d / "sft").exists():  # an interrupted SFT: it is short, start it again
-            shutil.rmtree(d / "sft")
         print(f"  cold start {column}/seed{seed}: {' '.join(cmd[1:])}", flush=True)
         if subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode != 0:
             return None

@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 
-def guess_reply(grid: list[list[int]], n: int, rng: random.Random) -> str:
-    """One `Actions:` line filling every empty cell of `grid` with a uniform guess."""
-    triples = [f"({r + 1}, {c + 1}, {rng.randint(1, n)})"
-               for r, row in enumerate(grid) for c, v in enumerate(row) if v == 0]
-    return "Actions: " + ", ".join(triples)
+def guess_reply(env, rng: random.Random) -> str:
+    """One `Actions:` line filling every empty cell of the env's grid with a uniform guess, in the
+    env's own move format (as the SFT rows write the solver's answer)."""
+    fills = [("fill", r + 1, c + 1, rng.randint(1, env.n))
+             for r, row in enumerate(env.state["grid"]) for c, v in enumerate(row) if v == 0]
+    return "Actions: " + env.format_actions(fills)
 
 
 def play(env, problem: dict, turns: int, rng: random.Random) -> bool:
@@ -35,7 +36,7 @@ def play(env, problem: dict, turns: int, rng: random.Random) -> bool:
         if env.done:
             break
         env.step("tool", "no program")
-        env.step("plan", guess_reply(env.state["grid"], env.n, rng))
+        env.step("plan", guess_reply(env, rng))
         env.end_turn()
     return env.success
 
