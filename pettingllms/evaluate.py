@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from pettingllms.cli.app import JobInfo, run_main
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 
 
 def _resolve_checkpoint(path: str) -> Path:
@@ -26,15 +26,13 @@ def _resolve_checkpoint(path: str) -> Path:
 
 def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate per cfg.eval; returns the results dict (also written as JSON)."""
+    from pettingllms.trainer import assemble
     from pettingllms.trainer import checkpoint as ckpt_io
     from pettingllms.trainer import components as comp
     from pettingllms.trainer.backends import make_backend
-    from pettingllms.trainer.evaluation import evaluate_problems
-    from pettingllms.utils.seeding import derive_seed, set_seed
-    from pettingllms.utils.threads import apply_threads
+    from pettingllms.utils.seeding import derive_seed
 
-    apply_threads(cfg.trainer.threads)  # evaluation honours trainer.threads (a count or auto) too
-    set_seed(int(cfg.seed), bool(cfg.trainer.deterministic))
+    assemble.build_run(cfg)  # threads, seeds and device as for training
     env_factory = comp.make_env_factory(cfg)
     agents = list(env_factory().agents)
     limit = cfg.eval.limit if cfg.eval.limit is not None else cfg.env.test_limit
@@ -48,8 +46,7 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
             ckpt_io.load_checkpoint(ckpt, policies.workers)  # one line if it does not fit
             backend.sync_weights()
         t0 = time.perf_counter()
-        result = evaluate_problems(backend.runner, cfg, problems, int(cfg.eval.k),
-                                   seed=derive_seed(int(cfg.seed), "eval") % (2**31))
+        result = assemble.evaluate_on(backend.runner, cfg, problems, seed=derive_seed(int(cfg.seed), "eval") % (2**31))
         result["wall_s"] = time.perf_counter() - t0
     finally:
         backend.close()

@@ -6,7 +6,7 @@ Step     one *committed* action of an episode, as shown in traces.
 Trajectory  the committed path of one episode: its steps and final outcome.
 Episode  a problem, its trajectory and every sample drawn while playing it.
 Group    the samples that share one group key (what advantages normalise over).
-Batch    everything one training step produced.
+Batch    everything one training step produced (episodes, and the sandbox / judge counts).
 
 All records are plain dataclasses so they cross process boundaries and
 serialise to JSONL for traces.
@@ -114,6 +114,10 @@ class Group:
 class Batch:
     step: int
     episodes: list[Episode] = field(default_factory=list)
+    # events counted while the batch was played, as metrics (`sandbox/runs`,
+    # `sandbox/errors/<kind>`, `judge/errors`, ...): filled by the runner that stepped the envs
+    # (pettingllms/utils/counters.py), summed over Ray workers
+    counters: dict[str, float] = field(default_factory=dict)
 
     @property
     def samples(self) -> list[Sample]:

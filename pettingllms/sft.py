@@ -2,7 +2,7 @@
 
     python -m pettingllms.sft --config-name autoevol_sft                     # the MetaAgent-X cold start
     python -m pettingllms.sft --config-name autoevol_sft sft.epochs=1 --dry-run
-The checkpoint it writes is what `trainer.init_from` takes.
+The checkpoint it writes is what `trainer.checkpoint.init_from` takes.
 """
 from __future__ import annotations
 

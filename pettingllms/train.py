@@ -3,7 +3,7 @@
     python -m pettingllms.train --config-name quickstart
     python -m pettingllms.train --config-name math_L1_prompt trainer.total_steps=5 rollout.k=8
     python -m pettingllms.train --config-name quickstart --dry-run     # print the config, exit
-    python -m pettingllms.train --config-name quickstart trainer.run_name=a trainer.resume=auto
+    python -m pettingllms.train --config-name quickstart trainer.run_name=a trainer.checkpoint.resume=auto
     python -m pettingllms.train -m seed=0,1,2 algorithm=at_grpo,grpo hydra/launcher=joblib
 The command line is Hydra's (see pettingllms/cli/app.py); the run folder is Hydra's run dir.
 """

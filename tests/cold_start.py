@@ -22,7 +22,7 @@ def make_cold_start(output_dir: Path, model_path: str, lora: bool = True, run_na
     write_jsonl(data, sft_data.designer_rows(PROBLEMS, seed=0))
     cfg = load_config("autoevol_sft", [
         "model=tiny", f"model.path={model_path}", f"model.lora.enabled={str(lora).lower()}",
-        f"sft.data={data}", "sft.epochs=1", "sft.batch_size=2", "trainer.lr=1e-2",
+        f"sft.data={data}", "sft.epochs=1", "sft.batch_size=2", "trainer.optim.lr=1e-2",
         "rollout.max_prompt_tokens=128", f"trainer.output_dir={output_dir}", f"trainer.run_name={run_name}",
-        "trainer.log_tensorboard=false", *overrides])
+        "trainer.logging.log_tensorboard=false", *overrides])
     return run_sft(cfg)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
-from pettingllms.config import validate
+from pettingllms.config.validate import validate
 from pettingllms.envs.base import MultiAgentEnv, StepResult
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine
 from pettingllms.rollout.engines.weights import WeightUpdate

@@ -6,7 +6,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from pettingllms.config import validate
+from pettingllms.config.validate import validate
 from pettingllms.records import Sample
 
 TINY = "tiny:policies-a"
@@ -52,3 +52,10 @@ def all_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 def any_changed(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def update_all(policies: Any, samples: list[Sample], step: int) -> dict[str, dict[str, float]]:
+    """What the trainer loop does with a batch: apply trainer.phases, then update every policy on
+    its own agents' samples (a frozen policy reports {"frozen": 1.0})."""
+    policies.set_step(step)
+    return {name: policies.workers[name].update(part, step) for name, part in policies.split(samples).items()}

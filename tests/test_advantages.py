@@ -6,6 +6,7 @@ import math
 import pytest
 
 from pettingllms.algorithms.advantages import compute_advantages
+from pettingllms.config.schema import AlgorithmConfig
 from pettingllms.records import Sample
 
 
@@ -15,7 +16,7 @@ def _s(reward, key=("p", 0, "a"), agent="a", padding=False):
 
 
 def _cfg(name, eps=1e-6):
-    return {"advantage": name, "eps": eps}
+    return AlgorithmConfig(advantage=name, eps=eps)
 
 
 @pytest.mark.parametrize("name", ["grpo", "agent_norm", "mean_only"])

@@ -68,7 +68,7 @@ def test_two_step_cotrain_shared_policy(tmp_path):
 
 @pytest.mark.slow
 def test_two_step_cotrain_split_policies(tmp_path):
-    cfg = autoevol_cfg(tmp_path, "rollout.batch_size=1", "env.options.executions=2", "trainer.lr=1e-3",
+    cfg = autoevol_cfg(tmp_path, "rollout.batch_size=1", "env.options.executions=2", "trainer.optim.lr=1e-3",
                        "trainer.phases=[{start_step: 1, train_policies: [executor]},"
                        "{start_step: 2, train_policies: [designer]}]", config="autoevol_cotrain_split")
     run_dir, history = _cotrain(cfg)

@@ -19,8 +19,9 @@ import pytest
 from autoevol_fakes import DESIGN_A, DESIGN_B, NO_DESIGN, scripted_run_designs
 from fakes import ScriptedEngine, make_cfg
 from pettingllms.algorithms.advantages import compute_advantages
+from pettingllms.trainer.assemble import rollout_settings
 from pettingllms.envs import make_env
-from pettingllms.rollout.strategies.autoevol import AutoEvolRollout
+from pettingllms.rollout.autoevol import AutoEvolRollout
 
 PROBLEM = {"id": "p0", "question": "What is 2 + 3?", "answer": "5"}
 POLICY = {"designer": "des", "executor": "exe"}
@@ -45,7 +46,7 @@ def _run(group="question", k=None, problems=(PROBLEM,)):
                "format_valid": 0.1, "format_missing": -0.1}
     cfg = make_cfg(env={"name": "autoevol", "options": options}, rollout={"strategy": "autoevol"})
     engine, log = ScriptedEngine(_script), []
-    rollout = AutoEvolRollout(engine, lambda: make_env("autoevol", **options), POLICY, cfg,
+    rollout = AutoEvolRollout(engine, lambda: make_env("autoevol", **options), POLICY, rollout_settings(cfg),
                               run_designs=scripted_run_designs(log))
     batch = rollout.run(list(problems), seed=3, k=k)
     return batch, engine, log
@@ -147,7 +148,7 @@ def test_code_task_graded_by_hidden_tests():
 
 
 def test_bad_env_option_is_a_config_error():
-    from pettingllms.config import ConfigError
+    from pettingllms.errors import ConfigError
     from pettingllms.trainer.components import make_env_factory
     with pytest.raises(ConfigError, match="designz.*did you mean 'designs'"):
         make_cfg(env={"name": "autoevol", "options": {"designz": 2}}, rollout={"strategy": "autoevol"})

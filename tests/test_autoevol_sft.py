@@ -13,11 +13,11 @@ import torch
 from policy_helpers import make_cfg, make_samples
 from pettingllms.algorithms.loss import sft_nll_loss
 from pettingllms.cli.config_loading import load_config
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.envs.autoevol import sft_data
 from pettingllms.envs.autoevol.env import design_source
 from pettingllms.mas.checks import check_design
-from pettingllms.policies import build_policies
+from pettingllms.trainer.assemble import build_policy_set
 from pettingllms.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_sft_loss_is_the_token_mean_nll_of_the_reply():
 
 def test_sft_update_trains_on_reply_tokens_only():
     cfg = make_cfg({"trainer": {"lr": 1e-2}})
-    worker = build_policies(cfg, ["designer", "executor"]).workers["shared"]
+    worker = build_policy_set(cfg, ["designer", "executor"]).workers["shared"]
     samples = make_samples("designer", [0.0] * 4, seed=3)
     before = worker.logprobs(samples)  # reply tokens only, at temperature 1
     total = sum(len(r) for r in before)
@@ -86,7 +86,7 @@ def test_build_sft_then_cotrain_from_it_and_measure_validity(tmp_path, capsys):
     from pettingllms.trainer.sft import run_sft
     cfg = load_config("autoevol_sft", [*common, f"sft.data={tmp_path / 'sft' / 'train.jsonl'}", "sft.epochs=2",
                                        "sft.batch_size=2", f"trainer.output_dir={tmp_path / 'out'}",
-                                       "trainer.run_name=sft", "trainer.log_tensorboard=false"])
+                                       "trainer.run_name=sft", "trainer.logging.log_tensorboard=false"])
     run_dir = run_sft(cfg)
     console = capsys.readouterr().out  # one SFT line per step, counted against the SFT's own steps
     assert "sft step 1/4 epoch 0 shared: nll" in console and "sft step 4/4 epoch 1" in console
@@ -99,9 +99,9 @@ def test_build_sft_then_cotrain_from_it_and_measure_validity(tmp_path, capsys):
     from pettingllms.policies.lora import SharedLoraBase  # noqa: F401
     from pettingllms.trainer import checkpoint as ckpt_io
     full = load_config("autoevol_cotrain", [*common, "model.lora.enabled=false"])
-    worker = build_policies(full, ["designer", "executor"]).workers["shared"]
+    worker = build_policy_set(full, ["designer", "executor"]).workers["shared"]
     base = worker.trainable_state()
-    ckpt_io.load_policies(ckpt_io.resolve_checkpoint(str(run_dir), "trainer.init_from"), {"shared": worker},
+    ckpt_io.load_policies(ckpt_io.resolve_checkpoint(str(run_dir), "trainer.checkpoint.init_from"), {"shared": worker},
                           weights_only=True)
     merged = worker.trainable_state()
     changed = [k for k in base if not torch.equal(base[k], merged[k])]
@@ -131,7 +131,7 @@ def test_sft_bad_inputs_fail_clearly(tmp_path):
 
 
 def test_sft_continues_from_init_from(tmp_path):
-    """trainer.init_from: SFT starts from that checkpoint's weights (at lr 1e-20 two Adam steps move
+    """trainer.checkpoint.init_from: SFT starts from that checkpoint's weights (at lr 1e-20 two Adam steps move
     each weight by at most ~2e-20, so they come out as they went in)."""
     from safetensors.torch import load_file
 
@@ -143,7 +143,7 @@ def test_sft_continues_from_init_from(tmp_path):
 
     first = adapter(make_cold_start(tmp_path, "tiny:sft-init", run_name="first"))
     again = adapter(make_cold_start(tmp_path, "tiny:sft-init", run_name="again",
-                                    overrides=(f"trainer.init_from={tmp_path / 'autoevol_sft' / 'first'}", "trainer.lr=1e-20")))
+                                    overrides=(f"trainer.checkpoint.init_from={tmp_path / 'autoevol_sft' / 'first'}", "trainer.optim.lr=1e-20")))
     assert set(first) == set(again)
     for k in first:
         torch.testing.assert_close(again[k], first[k], rtol=0, atol=1e-18)

@@ -15,10 +15,9 @@ import torch
 from autoevol_fakes import DESIGN_A, DESIGN_B, NO_DESIGN, ScriptedDesigner, scripted_run_designs
 from policy_helpers import all_equal, make_cfg, make_samples, snapshot
 from pettingllms.cli.config_loading import load_config
-from pettingllms.config import ConfigError
-from pettingllms.policies import build_policies
+from pettingllms.errors import ConfigError
+from pettingllms.trainer.assemble import build_policy_set
 from pettingllms.policies.mapping import role_lrs_at
-from pettingllms.rollout import make_runner
 from pettingllms.trainer import components as comp
 
 PROBLEMS = [{"id": f"q{i}", "question": f"What is {i} + 5 - {i}?", "answer": "5", "source": "toy"}
@@ -42,7 +41,7 @@ def test_role_lr_zero_skips_that_role_in_a_shared_policy():
     exe = make_samples("executor", [0.7, -0.7, 0.2, -0.2], seed=2)
 
     def trained(samples, role_lrs):
-        ps = build_policies(cfg, ["designer", "executor"])
+        ps = build_policy_set(cfg, ["designer", "executor"])
         w = ps.workers["shared"]
         report = w.update(samples, 1, role_lrs=role_lrs) if role_lrs else w.update(samples, 1)
         return snapshot(w.model.named_parameters()), report, w
@@ -72,8 +71,8 @@ def autoevol_cfg(tmp_path, *overrides, config="autoevol_cotrain"):
         "model=tiny", "env.data=autoevol_toy", f"env.data_root={tmp_path / 'datasets'}",
         "env.options.designs=3", "env.options.executions=2", "rollout.batch_size=2",
         "rollout.sampling.max_new_tokens=6", "rollout.max_prompt_tokens=128", "trainer.total_steps=2",
-        f"trainer.output_dir={tmp_path / 'outputs'}", "trainer.progress_bar=false", "trainer.log_tensorboard=false",
-        "trainer.micro_batch_size=8", "trainer.deterministic=true", "trainer.save_freq=0", *overrides])
+        f"trainer.output_dir={tmp_path / 'outputs'}", "trainer.logging.progress_bar=false", "trainer.logging.log_tensorboard=false",
+        "trainer.micro_batch_size=8", "trainer.deterministic=true", "trainer.checkpoint.save_freq=0", *overrides])
 
 
 def make_trainer(cfg, monkeypatch, log=None):
@@ -93,7 +92,7 @@ def make_trainer(cfg, monkeypatch, log=None):
 
 
 def test_split_phases_really_freeze_the_other_role(tmp_path, monkeypatch):
-    cfg = autoevol_cfg(tmp_path, "trainer.lr=1e-2", "trainer.phases=[{start_step: 1, train_policies: [executor]},"
+    cfg = autoevol_cfg(tmp_path, "trainer.optim.lr=1e-2", "trainer.phases=[{start_step: 1, train_policies: [executor]},"
                        "{start_step: 2, train_policies: [designer]}]", "rollout.batch_size=1", config="autoevol_cotrain_split")
     trainer = make_trainer(cfg, monkeypatch)
     try:
@@ -134,8 +133,8 @@ def test_shared_policy_role_lr_alternation_then_init_from(tmp_path, monkeypatch)
     finally:
         trainer.close()
     run_dir = trainer.run_dir
-    # trainer.init_from: the weights of that run, a fresh optimizer and schedule
-    cfg = autoevol_cfg(tmp_path, f"trainer.init_from={run_dir}", "trainer.run_name=from_ckpt")
+    # trainer.checkpoint.init_from: the weights of that run, a fresh optimizer and schedule
+    cfg = autoevol_cfg(tmp_path, f"trainer.checkpoint.init_from={run_dir}", "trainer.run_name=from_ckpt")
     trainer = make_trainer(cfg, monkeypatch)
     try:
         ref = torch.load(run_dir / "checkpoints" / "step_000002" / "policies" / "shared" / "optimizer.pt",
@@ -150,8 +149,8 @@ def test_shared_policy_role_lr_alternation_then_init_from(tmp_path, monkeypatch)
         assert all(torch.equal(now[k], saved[k]) for k in saved if k in now)
     finally:
         trainer.close()
-    bad = autoevol_cfg(tmp_path, f"trainer.init_from={tmp_path / 'nowhere'}", "trainer.run_name=bad")
-    with pytest.raises(ConfigError, match="trainer.init_from"):
+    bad = autoevol_cfg(tmp_path, f"trainer.checkpoint.init_from={tmp_path / 'nowhere'}", "trainer.run_name=bad")
+    with pytest.raises(ConfigError, match="trainer.checkpoint.init_from"):
         make_trainer(bad, monkeypatch)
 
 
@@ -170,7 +169,7 @@ def test_configs_reproduce_the_published_recipe():
 
 def test_bad_autoevol_configs_fail_clearly(tmp_path):
     with pytest.raises(ConfigError, match="env=autoevol and rollout=autoevol"):
-        make_runner(None, None, {}, load_config("autoevol_cotrain", ["rollout=tree"]))
+        load_config("autoevol_cotrain", ["rollout=tree"])
     cfg = autoevol_cfg(tmp_path, "trainer.role_lr.lrs={designer: 0.1, critic: 0.1}")
     from pettingllms.trainer.local import check_role_lr
     with pytest.raises(ConfigError, match="critic"):

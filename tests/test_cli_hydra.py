@@ -1,5 +1,6 @@
 """Hydra's command line on pettingllms.train / evaluate: sweeps, run dirs, launchers, --cfg,
-completion, and the one-line errors kept from before. Runs use the tiny model and 1 step."""
+completion, the user's config folders (--config-dir, hydra.searchpath), and the one-line errors
+kept from before. Runs use the tiny model and 1 step."""
 from __future__ import annotations
 
 import os
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pettingllms.cli.app import default_output_dirs, expand_jobs, hydra_overrides, split_argv
-from pettingllms.cli.config_loading import load_config
-from pettingllms.config import ConfigError
+from pettingllms.cli.app import default_output_dirs, expand_jobs, hydra_overrides, run_main, split_argv
+from pettingllms.cli.config_loading import load_config, to_yaml
+from pettingllms.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -48,8 +49,8 @@ def test_sweep_expansion_and_override_rewrite():
     assert expand_jobs(["seed=range(0,3)"], True) == [["seed=0"], ["seed=1"], ["seed=2"]]
     with pytest.raises(ConfigError, match="add -m"):
         expand_jobs(["seed=0,1"], False)
-    assert hydra_overrides(["seed=0,1", "+env.options.x=1", "env=sudoku", "~trainer.lr", "hydra.run.dir=/x"]) == \
-        ["++seed=0,1", "++env.options.x=1", "env=sudoku", "~trainer.lr", "hydra.run.dir=/x"]
+    assert hydra_overrides(["seed=0,1", "+env.options.x=1", "env=sudoku", "~trainer.optim.lr", "hydra.run.dir=/x"]) == \
+        ["++seed=0,1", "++env.options.x=1", "env=sudoku", "~trainer.optim.lr", "hydra.run.dir=/x"]
 
 
 def test_default_run_dir_is_outputs_experiment_run(tmp_path):
@@ -57,7 +58,7 @@ def test_default_run_dir_is_outputs_experiment_run(tmp_path):
     assert default_output_dirs(split_argv([], "tiny_test"), [cfg], "train") == \
         [f"hydra.run.dir='{tmp_path}/tiny_test/r1'"]
     # a resumed run (fixed name + resume=auto) is placed in the same folder again
-    cfg = load_config("tiny_test", [f"trainer.output_dir={tmp_path}", "trainer.run_name=r1", "trainer.resume=auto"])
+    cfg = load_config("tiny_test", [f"trainer.output_dir={tmp_path}", "trainer.run_name=r1", "trainer.checkpoint.resume=auto"])
     assert default_output_dirs(split_argv([], "tiny_test"), [cfg], "train") == \
         [f"hydra.run.dir='{tmp_path}/tiny_test/r1'"]
     sweep = default_output_dirs(split_argv(["-m", "seed=0,1"], "tiny_test"), [cfg], "train")
@@ -86,9 +87,9 @@ def test_tab_completion_lists_env_options():
 
 @pytest.mark.parametrize("args,message", [
     (["-m", "seed=0,1", "rollout.strategy=tre"], "error: invalid value 'tre' for 'rollout.strategy'"),
-    (["-m", "seed=0,1", "trainer.lrr=1"], "error: unknown config key 'trainer.lrr' (did you mean 'trainer.lr'?)"),
+    (["-m", "seed=0,1", "trainer.lrr=1"], "error: unknown config key 'trainer.lrr' (did you mean 'trainer.optim.lr'?)"),
     (["seed=0,1"], "error: 'seed=0,1' is a sweep: add -m"),
-    (["trainer.resume=auto"], "error: trainer.resume=auto needs a stable run folder"),
+    (["trainer.checkpoint.resume=auto"], "error: trainer.checkpoint.resume=auto needs a stable run folder"),
 ])
 def test_sweep_errors_are_one_line(args, message):
     r = cli("--config-name", "tiny_test", *args)
@@ -134,3 +135,106 @@ def test_evaluate_takes_hydra_run_dir(tmp_path, data_root):
     r = cli(*tiny_args(data_root, tmp_path), "eval.k=1", f"hydra.run.dir={tmp_path}/ev", module="pettingllms.evaluate")
     assert r.returncode == 0, r.stderr[-3000:]
     assert list((tmp_path / "ev").glob("eval_math_test_k1_*.json")) and (tmp_path / "ev" / "evaluate.log").exists()
+
+
+# ---------------------------------------------------------------------- the user's config folders
+MY_EXP = """defaults:
+  - tiny_test
+  - _self_
+experiment: my_exp
+rollout:
+  k: 3
+"""
+MY_ALGO = "name: at_grpo\nadvantage: grpo\ngroup_by: [problem, agent]\nclip_low: 0.1\n"
+
+
+@pytest.fixture
+def user_dir(tmp_path) -> Path:
+    """A config folder outside the repo: an experiment on top of tiny_test, and an algorithm option."""
+    root = tmp_path / "my_configs"
+    (root / "algorithm").mkdir(parents=True)
+    (root / "my_exp.yaml").write_text(MY_EXP)
+    (root / "algorithm" / "my_algo.yaml").write_text(MY_ALGO)
+    return root
+
+
+def dry_run(*args: str) -> dict:
+    r = cli(*args, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    return yaml.safe_load(r.stdout)
+
+
+def test_config_dir_adds_an_experiment_built_on_ours(user_dir):
+    cfg = dry_run("--config-dir", str(user_dir), "--config-name", "my_exp")
+    assert cfg["experiment"] == "my_exp" and cfg["rollout"]["k"] == 3  # the user's values
+    assert cfg["model"]["path"] == "tiny:test" and cfg["rollout"]["sampling"]["max_new_tokens"] == 8  # tiny_test's
+    assert cfg["trainer"]["total_steps"] == 2 and cfg["algorithm"]["clip_low"] == 0.2
+
+
+def test_config_dir_adds_a_group_option(user_dir):
+    cfg = dry_run("--config-name", "tiny_test", "--config-dir", str(user_dir), "algorithm=my_algo")
+    assert cfg["experiment"] == "tiny_test" and cfg["rollout"]["k"] == 2
+    assert cfg["algorithm"]["clip_low"] == 0.1 and cfg["algorithm"]["group_by"] == ["problem", "agent"]
+    r = cli("--config-dir", str(user_dir), "--help")  # and the usage lists both
+    assert "my_exp" in r.stdout and "grpo, my_algo" in r.stdout
+
+
+def test_hydra_searchpath_adds_folders(user_dir, tmp_path):
+    cfg = dry_run("--config-name", "tiny_test", f"hydra.searchpath=[file://{user_dir}]", "algorithm=my_algo")
+    assert cfg["algorithm"]["clip_low"] == 0.1 and cfg["algorithm"]["group_by"] == ["problem", "agent"]
+    # ... and from the primary config's hydra: block
+    (tmp_path / "more" / "algorithm").mkdir(parents=True)
+    (tmp_path / "more" / "algorithm" / "far_algo.yaml").write_text("name: at_grpo\nclip_low: 0.05\n")
+    (user_dir / "with_block.yaml").write_text(MY_EXP + f"hydra:\n  searchpath: [file://{tmp_path}/more]\n")
+    cfg = dry_run("-cd", str(user_dir), "-cn", "with_block", "algorithm=far_algo")
+    assert cfg["rollout"]["k"] == 3 and cfg["algorithm"]["clip_low"] == 0.05
+
+
+def test_config_dir_is_searched_before_ours(user_dir):
+    (user_dir / "algorithm" / "at_grpo.yaml").write_text(MY_ALGO.replace("0.1", "0.05"))
+    cfg = dry_run("--config-dir", str(user_dir), "--config-name", "tiny_test")
+    assert cfg["algorithm"]["clip_low"] == 0.05
+    # the order hydra.main itself uses
+    r = cli("--config-dir", str(user_dir), "--config-name", "tiny_test", "--info", "searchpath")
+    assert r.returncode == 0, r.stderr
+    paths = [line.split("|")[2].strip() for line in r.stdout.splitlines() if "file://" in line]
+    assert paths == [f"file://{user_dir}", f"file://{ROOT / 'configs'}"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-cn", "my_exp", "rollout.kk=1"], "error: unknown config key 'rollout.kk' (did you mean 'rollout.k'?)"),
+    (["-cn", "bad_key"], "error: unknown config key 'rollout.kk' (did you mean 'rollout.k'?)"),
+    (["-cn", "tiny_test", "algorithm=my_algoo"],
+     "error: unknown algorithm config 'my_algoo' (did you mean 'my_algo'?)"),
+    (["-cn", "my_exx"], "error: unknown config 'my_exx' in {user_dir}, "),
+])
+def test_bad_user_config_is_one_line(user_dir, args, message):
+    (user_dir / "bad_key.yaml").write_text(MY_EXP + "  kk: 3\n")
+    r = cli("--config-dir", str(user_dir), *args)
+    assert r.returncode == 2 and r.stderr.startswith(message.format(user_dir=user_dir)), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-cn", "my_exp", "hydra.searchpath=[file://{user_dir}]"], "error: config 'my_exp' is only in hydra.searchpath"),
+    (["-cn", "tiny_test", "hydra.searchpath=[file://{user_dir}/nope]"], "error: hydra.searchpath entry 'file://"),
+    (["-cn", "tiny_test", "-cd", "{user_dir}/nope"], "error: --config-dir '"),
+])
+def test_bad_search_path_is_one_line(user_dir, args, message):
+    r = cli(*[a.format(user_dir=user_dir) for a in args])
+    assert r.returncode == 2 and r.stderr.startswith(message), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["--config-dir", "{user_dir}", "--config-name", "my_exp", "algorithm=my_algo"],
+    ["--config-name", "tiny_test", "hydra.searchpath=[file://{user_dir}]", "algorithm=my_algo"],
+])
+def test_hydra_job_gets_the_dry_run_config(user_dir, tmp_path, args):
+    """hydra.main composes from the same search path as the pre-flight."""
+    args = [a.format(user_dir=user_dir) for a in args] + [f"trainer.output_dir={tmp_path}"]
+    jobs: list[dict] = []
+    rc = run_main([*args, f"hydra.run.dir={tmp_path}/run"], prog="pettingllms.train", default_config="quickstart",
+                  what="", kind="train", body=lambda cfg, job: jobs.append(yaml.safe_load(to_yaml(cfg))))
+    assert rc == 0 and len(jobs) == 1
+    assert jobs[0]["algorithm"]["clip_low"] == 0.1 and jobs[0] == dry_run(*args)

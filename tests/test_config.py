@@ -11,7 +11,7 @@ import pytest
 from pettingllms.cli.app import split_argv
 from pettingllms.cli.config_loading import (CONFIG_GROUPS, config_dir, experiment_names, group_options,
                                             load_config)
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 
 CONFIGS = config_dir()
 BASE = "tiny_test"  # group files are composed onto this experiment
@@ -35,7 +35,10 @@ def test_experiment_config_composes(name):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in CONFIG_GROUPS for o in group_options(g, CONFIGS)])
 def test_group_option_composes(group, option):
-    cfg = load_config(BASE, [f"{group}={option}"])
+    # MetaAgent-X's env and runner only make sense together (validate refuses one without the other)
+    partner = {("rollout", "autoevol"): ["env=autoevol"], ("env", "autoevol"): ["rollout=autoevol"],
+               ("env", "autoevol_code"): ["rollout=autoevol"]}.get((group, option), [])
+    cfg = load_config(BASE, [f"{group}={option}", *partner])
     if group == "env":
         assert cfg.env.name  # the env file names its env
     if group == "policies":
@@ -53,23 +56,22 @@ def test_quickstart_is_small_math_at_grpo_on_embedded_model():
 
 
 def test_overrides_set_any_schema_field():
-    cfg = load_config(BASE, ["trainer.deterministic=false", "rollout.sampling.top_k=5", "trainer.betas=[0.8,0.9]",
+    cfg = load_config(BASE, ["trainer.deterministic=false", "rollout.sampling.top_k=5", "trainer.optim.betas=[0.8,0.9]",
                              "policies=per_agent_lora", "policies.tool.lr=0.001", "env.options.timeout_s=2.0",
                              "seed=7"])
     assert cfg.trainer.deterministic is False and cfg.rollout.sampling.top_k == 5
-    assert list(cfg.trainer.betas) == [0.8, 0.9] and cfg.seed == 7
+    assert list(cfg.trainer.optim.betas) == [0.8, 0.9] and cfg.seed == 7
     assert cfg.policies.tool.lr == 0.001 and cfg.env.options.timeout_s == 2.0
 
 
 @pytest.mark.parametrize("override,message", [
-    ("trainer.lrr=1", "unknown config key 'trainer.lrr' (did you mean 'trainer.lr'?)"),
+    ("trainer.lrr=1", "unknown config key 'trainer.lrr' (did you mean 'trainer.optim.lr'?)"),
     ("rollout.sampling.temprature=1", "unknown config key 'rollout.sampling.temprature' "
                                       "(did you mean 'rollout.sampling.temperature'?)"),
     ("sed=1", "unknown config key 'sed' (did you mean 'seed'?)"),
     ("model=tinny", "unknown model config 'tinny' (did you mean 'tiny'?)"),
     ("rollout.strategy=tre", "invalid value 'tre' for 'rollout.strategy' (did you mean 'tree'?)"),
     ("trainer.total_steps=many", "invalid config at 'trainer.total_steps'"),
-    ("trainer.verl.device=cpu", "config key 'trainer.verl.device' is now 'trainer.device'"),
 ])
 def test_bad_override_names_the_problem(override, message):
     with pytest.raises(ConfigError) as e:
@@ -77,14 +79,37 @@ def test_bad_override_names_the_problem(override, message):
     assert message in str(e.value)
 
 
-def test_moved_key_in_a_config_names_its_new_place():
+@pytest.mark.parametrize("old,new,value", [
+    ("trainer.verl.device", "trainer.device", "cpu"),
+    ("trainer.lr", "trainer.optim.lr", 0.25),
+    ("trainer.save_freq", "trainer.checkpoint.save_freq", 3),
+    ("trainer.resume", "trainer.checkpoint.resume", "auto"),
+    ("trainer.val_before", "trainer.validation.val_before", True),
+    ("trainer.progress_bar", "trainer.logging.progress_bar", False),
+])
+def test_moved_key_still_works_and_says_where_it_lives_now(old, new, value, caplog):
+    """A YAML or an override with an old name sets the new key, with one deprecation line."""
+    import logging
+
     from omegaconf import OmegaConf
 
-    from pettingllms.config import validate
+    from pettingllms.config import validate as validate_module
 
-    with pytest.raises(ConfigError) as e:
-        validate(OmegaConf.create({"trainer": {"backend": "verl", "verl": {"device": "cpu"}}}))
-    assert str(e.value) == "config key 'trainer.verl.device' is now 'trainer.device'"
+    validate_module._warned.discard(old)
+    nested: dict = {}
+    node = nested
+    *parents, leaf = old.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    with caplog.at_level(logging.WARNING, logger="pettingllms.config.validate"):
+        cfg = validate_module.validate(OmegaConf.create(nested))
+        validate_module.validate(OmegaConf.create(nested))  # said once per process, not per config
+    assert OmegaConf.select(cfg, new) == value
+    lines = [r.getMessage() for r in caplog.records if old in r.getMessage()]
+    assert lines == [f"config key '{old}' is deprecated: it is now '{new}' (the old name still works)"]
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    assert OmegaConf.select(load_config(BASE, [f"{old}={text}"]), new) == value  # an override too
 
 
 def test_unknown_key_inside_a_yaml_file(tmp_path):
@@ -95,7 +120,7 @@ def test_unknown_key_inside_a_yaml_file(tmp_path):
     trainer.write_text(good + "grad_clipp: 2.0\n")
     with pytest.raises(ConfigError) as e:
         load_config(BASE, cdir=cdir)
-    assert str(e.value) == "unknown config key 'trainer.grad_clipp' (did you mean 'trainer.grad_clip'?)"
+    assert str(e.value) == "unknown config key 'trainer.grad_clipp' (did you mean 'trainer.optim.grad_clip'?)"
     trainer.write_text(good)
     # and at the top of an experiment file
     exp = cdir / "quickstart.yaml"
@@ -117,7 +142,7 @@ def _cli(*args: str, module: str = "pettingllms.train") -> subprocess.CompletedP
 def test_cli_misspelt_key_exits_2_with_one_line(module):
     r = _cli("--config-name", "quickstart", "trainer.lrr=0.1", module=module)
     assert r.returncode == 2
-    assert r.stderr.strip() == "error: unknown config key 'trainer.lrr' (did you mean 'trainer.lr'?)"
+    assert r.stderr.strip() == "error: unknown config key 'trainer.lrr' (did you mean 'trainer.optim.lr'?)"
     assert "Traceback" not in r.stderr + r.stdout
 
 

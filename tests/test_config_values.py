@@ -1,5 +1,5 @@
 """Every bad config value fails when the config loads: one line naming the key, the value and
-what is allowed; the CLI exits 2 before any model or data loads (pettingllms.config_checks)."""
+what is allowed; the CLI exits 2 before any model or data loads (pettingllms.config.checks)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from pettingllms.cli.config_loading import load_config
-from pettingllms.config import ConfigError
-from pettingllms.config_checks import env_option_names
+from pettingllms.errors import ConfigError
+from pettingllms.config.checks import env_option_names
 from pettingllms.envs import ENV_REGISTRY
 
 BASE = "tiny_test"
@@ -76,12 +76,12 @@ def test_model_dtype():
     ("rollout.sampling.top_p=0", "rollout.sampling.top_p", "must be in (0, 1]"),
     ("algorithm.dual_clip_c=0.5", "algorithm.dual_clip_c", "must be > 1, or null to disable dual clip"),
     ("trainer.total_steps=-1", "trainer.total_steps", "must be >= 1"),
-    ("trainer.lr=0", "trainer.lr", "must be > 0"),
+    ("trainer.optim.lr=0", "trainer.optim.lr", "must be > 0"),
     ("rollout.sampling.temperature=-0.1", "rollout.sampling.temperature", "must be >= 0"),
     ("rollout.batch_size=0", "rollout.batch_size", "must be >= 1"),
     ("rollout.sampling.max_new_tokens=0", "rollout.sampling.max_new_tokens", "must be >= 1"),
     ("trainer.micro_batch_size=0", "trainer.micro_batch_size", "must be >= 1"),
-    ("trainer.betas=[0.9,1.5]", "trainer.betas", "must be two numbers in [0, 1)"),
+    ("trainer.optim.betas=[0.9,1.5]", "trainer.optim.betas", "must be two numbers in [0, 1)"),
     ("eval.k=0", "eval.k", "must be >= 1"),
     ("eval.batch_problems=0", "eval.batch_problems", "must be >= 1 (or unset: rollout.batch_size)"),
     ("env.max_turns=0", "env.max_turns", "must be >= 1"),

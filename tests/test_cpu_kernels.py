@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pettingllms.rollout.engines import cpu_kernels
 from pettingllms.rollout.engines.hf import HFEngine
-from pettingllms.rollout.engines.lean_llama import LeanLlama, _Linear
+from pettingllms.rollout.engines.hf_runtime import cpu_kernels
+from pettingllms.rollout.engines.hf_runtime.lean_llama import LeanLlama, _Linear
 from pettingllms.utils.models import load_causal_lm
 
 KERNEL = cpu_kernels.load()
@@ -111,7 +111,7 @@ def test_top_candidates_match_torch(count) -> None:
 @needs_kernel
 def test_the_engine_samples_the_same_with_and_without_the_candidates_kernel() -> None:
     """The truncated draw through top_candidates picks the tokens the torch path picks."""
-    from pettingllms.rollout.engines.hf import _draw_truncated, _Scaled
+    from pettingllms.rollout.engines.hf_runtime.sampling import _draw_truncated, _Scaled
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(16, 4000, generator=gen) * 3

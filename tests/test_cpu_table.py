@@ -33,7 +33,7 @@ def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
     for col, row, _ in runs:
         assert sorted(seed for c, r, seed in runs if (c, r.name) == (col, row.name)) == [0, 1]
     budget_keys = ("trainer.total_steps=", "rollout.batch_size=", "rollout.k=", "rollout.sampling.max_new_tokens=",
-                   "trainer.lr=", "eval.k=", "eval.limit=", "eval.batch_problems=")
+                   "trainer.optim.lr=", "eval.k=", "eval.limit=", "eval.batch_problems=")
     budgets = {tuple(o for o in ct.run_overrides(s, col, row, 0) if o.startswith(budget_keys))
                for col, row, _ in runs if row.mode == "train"}
     assert len(budgets) == 1  # every trained row: the same steps, problems, K, tokens, lr, eval
@@ -54,8 +54,8 @@ def test_cold_start_rows_start_from_their_seeds_sft():
     assert set(rows) == {"mas", "mas_sft", "at_grpo_l1_sft"}
     sft = Path("w/cold_start/sudoku_easy/seed1/sft")
     over = lambda name: ct.run_overrides(s, "sudoku_easy", rows[name], 1)
-    assert f"eval.checkpoint={sft}" in over("mas_sft") and f"trainer.init_from={sft}" in over("at_grpo_l1_sft")
-    assert not any(o.startswith(("eval.checkpoint=", "trainer.init_from=")) for o in over("mas"))
+    assert f"eval.checkpoint={sft}" in over("mas_sft") and f"trainer.checkpoint.init_from={sft}" in over("at_grpo_l1_sft")
+    assert not any(o.startswith(("eval.checkpoint=", "trainer.checkpoint.init_from=")) for o in over("mas"))
     build, train = ct.cold_start_commands(s, "sudoku_easy", 1)
     assert build[build.index("--out") + 1] == str(sft.parent / "data") and "seed=1" in build
     assert f"sft.data={sft.parent / 'data' / 'train.jsonl'}" in train and "seed=1" in train
@@ -132,5 +132,5 @@ def test_tiny_cold_start_column_runs_once_per_seed_and_is_kept(tmp_path):
     from omegaconf import OmegaConf
     trained = OmegaConf.load(tmp_path / "w" / "runs" / "cpu_sudoku_easy_at_grpo_l1_sft" / "at_grpo_l1_sft-s0"
                              / "config.yaml")
-    assert Path(str(trained.trainer.init_from)) == sft
+    assert Path(str(trained.trainer.checkpoint.init_from)) == sft
     assert "AT-GRPO training > its SFT start" in (tmp_path / "docs" / "cpu_table.md").read_text()

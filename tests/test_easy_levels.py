@@ -58,8 +58,8 @@ def test_plan_path_easy_is_tiny_with_the_goal_one_or_two_moves_away(data_root):
 
 
 def test_code_easy_tasks_are_short_and_their_tests_hold():
-    from pettingllms.envs.code.data import verify_function_rows
     from pettingllms.envs.code.easy import easy_rows
+    from pettingllms.envs.code.rows import verify_function_rows
 
     train, test = easy_rows(0)
     assert len(train) > 60 and len(test) > 20
@@ -76,9 +76,10 @@ def test_code_easy_tasks_are_short_and_their_tests_hold():
 
 def test_code_easy_builds_by_folder_name(tmp_path, monkeypatch):
     import pettingllms.envs.code.data as code_data
+    import pettingllms.envs.code.easy as code_easy
 
     calls = []  # the sandbox check of every test is covered above; here only the wiring
-    monkeypatch.setattr(code_data, "verify_function_rows", lambda rows: calls.append(len(rows)) or {})
+    monkeypatch.setattr(code_easy, "verify_function_rows", lambda rows: calls.append(len(rows)) or {})
     report = code_data.build(tmp_path / "code_easy")
     assert report["preset"] == "code_easy" and calls == [report["train"], report["test"]]
     frame = pd.read_parquet(tmp_path / "code_easy" / "test.parquet")

@@ -10,8 +10,10 @@ import torch
 from omegaconf import OmegaConf
 
 from numerics import forward_tol
-from pettingllms.config import ConfigError, validate
-from pettingllms.rollout.engines import build_engine
+from pettingllms.config.schema import ModelConfig, PolicyConfig, RolloutConfig
+from pettingllms.config.validate import validate
+from pettingllms.errors import ConfigError
+from pettingllms.rollout.engines import build_engine, engine_policies
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
 from pettingllms.utils.models import load_causal_lm, load_tokenizer, resolve_model_path, tiny_model
@@ -310,16 +312,22 @@ def test_records_round_trip_through_json(engine: HFEngine) -> None:
         assert Completion.from_dict(json.loads(json.dumps(c.to_dict()))) == c
 
 
+def _build(cfg, policies=None):
+    """build_engine as the trainer calls it: the config's blocks, the policy set from `policies`."""
+    return build_engine(cfg.rollout, cfg.model, device="cpu", seed=int(cfg.seed),
+                        policies=policies or engine_policies(cfg.policies, cfg.model.path))
+
+
 def test_build_engine_from_config() -> None:
     cfg = validate(OmegaConf.create({"model": {"path": TINY, "dtype": "float32"},
                                      "rollout": {"engine_options": {"max_batch_size": 4}}}))
-    eng = build_engine(cfg)
+    eng = _build(cfg)
     assert isinstance(eng, HFEngine) and eng.max_batch_size == 4 and list(eng._policy_slot) == ["shared"]
     assert eng._slot("shared").lean is not None  # the tiny Llama runs the lean forward by default
     off = validate(OmegaConf.create({"model": {"path": TINY, "dtype": "float32"},
                                      "rollout": {"engine_options": {"lean_forward": False}}}))
-    assert build_engine(off)._slot("shared").lean is None
-    assert build_engine(cfg, policies={"p1": TINY, "p2": TINY})._slot("p1") is not None
+    assert _build(off)._slot("shared").lean is None
+    assert _build(cfg, policies={"p1": TINY, "p2": TINY})._slot("p1") is not None
     bad = {"rollout": {"engine_options": {"gpu_memory": 0.5}}}
     with pytest.raises(ConfigError, match="unknown option 'rollout.engine_options.gpu_memory' for engine 'hf'"):
         validate(OmegaConf.create(bad))  # refused when the config loads
@@ -327,15 +335,26 @@ def test_build_engine_from_config() -> None:
     OmegaConf.set_struct(unchecked, False)
     unchecked.rollout.engine_options = bad["rollout"]["engine_options"]
     with pytest.raises(ValueError, match="gpu_memory"):  # and by the builder, for unchecked configs
-        build_engine(unchecked)
+        _build(unchecked)
     for name in ("vllm", "openai"):  # their settings live in typed blocks, rollout.vllm / rollout.openai
         with pytest.raises(ConfigError, match=f"for engine '{name}'"):
             validate(OmegaConf.create({"rollout": {"engine": name, "engine_options": {"x": 1}}}))
         unchecked.rollout.engine = name
         with pytest.raises(ValueError, match=f"engine '{name}' takes rollout.{name}"):
-            build_engine(unchecked)
+            _build(unchecked)
     with pytest.raises(ConfigError, match="invalid value 'hff' for 'rollout.engine' \\(did you mean 'hf'\\?\\)"):
         validate(OmegaConf.create({"rollout": {"engine": "hff"}}))
+
+
+def test_build_engine_takes_plain_blocks() -> None:
+    """The blocks are read by attribute only: dataclass instances work as the config's nodes do."""
+    eng = build_engine(RolloutConfig(engine_options={"max_batch_size": 3}), ModelConfig(path=TINY, dtype="float32"),
+                       device="cpu", seed=5, policies={"a": TINY})
+    assert isinstance(eng, HFEngine) and eng.max_batch_size == 3 and eng.seed == 5 and eng.device.type == "cpu"
+    assert engine_policies({}, TINY) == {"shared": TINY}
+    assert engine_policies({"a": PolicyConfig(), "b": PolicyConfig(base="other")}, TINY) == {"a": TINY, "b": "other"}
+    cfg = validate(OmegaConf.create({"policies": {"a": {}, "b": {"base": TINY}}}))  # the config's nodes
+    assert engine_policies(cfg.policies, "m") == {"a": "m", "b": TINY}
 
 
 @pytest.mark.slow

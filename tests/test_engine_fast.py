@@ -1,4 +1,4 @@
-"""The HF engine's decode-speed pieces (rollout/engines/hf_fast.py, utils/attention.py) compute what
+"""The HF engine's decode-speed pieces (rollout/engines/hf_runtime/, utils/attention.py) compute what
 the plain transformers path computes, and rollout.engine=auto picks by its documented rule."""
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import torch
 from omegaconf import OmegaConf
 
 from numerics import exact_float64, forward_tol
-from pettingllms.config import validate
+from pettingllms.config.schema import RolloutConfig
+from pettingllms.config.validate import validate
 from pettingllms.rollout.engines import AUTO_VLLM_BELOW, auto_engine
 from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
-from pettingllms.rollout.engines.hf_fast import buffered_cache, drop_front, last_position, pack_linears
+from pettingllms.rollout.engines.hf_runtime.kv_cache import buffered_cache, drop_front
+from pettingllms.rollout.engines.hf_runtime.linear import last_position, pack_linears
 from pettingllms.utils.attention import GQA_ATTENTION, use_gqa_attention
 from pettingllms.utils.models import load_causal_lm
 
@@ -143,9 +145,9 @@ def test_bf16_engine_after_a_lora_sync_generates_with_the_merged_weights() -> No
     sleep in between: the next generation uses the merged weights, as a fresh engine that got the
     update before its first generation does (the packed copies follow the version counters)."""
     from policy_helpers import TINY as POLICY_MODEL, make_cfg, make_samples
-    from pettingllms.policies import build_policies
+    from pettingllms.trainer.assemble import build_policy_set
 
-    worker = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
+    worker = build_policy_set(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
     worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=9), 0)
     update = worker.weight_update()
     req = [GenerationRequest([{"role": "user", "content": "Count: one two"}], policy="shared",
@@ -167,10 +169,10 @@ def test_sleep_frees_merged_lora_weights_and_gives_them_back_unchanged() -> None
     it generates as a fresh engine with that update; an update that does not fit still changes
     nothing. A model that serves two policies keeps its weights."""
     from policy_helpers import TINY as POLICY_MODEL, make_cfg, make_samples
-    from pettingllms.policies import build_policies
+    from pettingllms.trainer.assemble import build_policy_set
     from pettingllms.rollout.engines.weights import WeightUpdate
 
-    worker = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
+    worker = build_policy_set(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
     req = [GenerationRequest([{"role": "user", "content": "Count: one two"}], policy="shared",
                              params=SamplingParams(temperature=0.7, max_new_tokens=6, seed=4))]
     engine = HFEngine({"shared": POLICY_MODEL}, dtype="bfloat16")
@@ -230,36 +232,42 @@ def test_sleep_drops_the_packed_copies_and_the_next_generate_rebuilds_them() -> 
     assert plain.generate(req)[0][0].response_ids
 
 
-def _cfg(batch: int, k: int, **rollout):
-    return validate(OmegaConf.create({"model": {"path": TINY}, "rollout": {"engine": "auto", "batch_size": batch,
-                                                                           "k": k, **rollout}}))
+def _rollout(batch: int, k: int, **rollout):
+    """The validated `rollout` block of an engine=auto config."""
+    cfg = validate(OmegaConf.create({"model": {"path": TINY}, "rollout": {"engine": "auto", "batch_size": batch,
+                                                                          "k": k, **rollout}}))
+    return cfg.rollout
 
 
 def test_auto_engine_rule(monkeypatch) -> None:
-    from pettingllms.rollout.engines import cpu_kernels
+    from pettingllms.rollout.engines.hf_runtime import cpu_kernels
 
-    assert auto_engine(_cfg(8, 4))[0] == "hf"  # the training bench's 32 sequences per call
-    assert auto_engine(_cfg(AUTO_VLLM_BELOW, 1))[0] == "hf"
+    assert auto_engine(_rollout(8, 4))[0] == "hf"  # the training bench's 32 sequences per call
+    assert auto_engine(_rollout(AUTO_VLLM_BELOW, 1))[0] == "hf"
     with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object()), \
             mock.patch.object(torch.cuda, "is_available", lambda: False):
         monkeypatch.setattr(cpu_kernels, "available", lambda: True)  # hf's CPU kernels beat vLLM at any size
-        assert auto_engine(_cfg(1, 1))[0] == "hf"
-        assert "decode kernels" in auto_engine(_cfg(1, 1))[1]
+        assert auto_engine(_rollout(1, 1))[0] == "hf"
+        assert "decode kernels" in auto_engine(_rollout(1, 1))[1]
     monkeypatch.setattr(cpu_kernels, "available", lambda: False)  # the rule measured without them
     with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object()):
-        assert auto_engine(_cfg(1, 1)) == ("vllm", "1 sequences per call (< 8: vLLM decodes faster at small batches)")
-        assert auto_engine(_cfg(1, 1, engine_options={"max_batch_size": 4}))[0] == "hf"  # hf's options
+        assert auto_engine(_rollout(1, 1)) == ("vllm", "1 sequences per call (< 8: vLLM decodes faster at small batches)")
+        assert auto_engine(_rollout(1, 1, engine_options={"max_batch_size": 4}))[0] == "hf"  # hf's options
+        assert auto_engine(RolloutConfig(batch_size=1, k=1))[0] == "vllm"  # a plain dataclass block reads the same
     with mock.patch.object(importlib.util, "find_spec", lambda name, *a: None):
-        assert auto_engine(_cfg(1, 1)) == ("hf", "vllm is not installed")
+        assert auto_engine(_rollout(1, 1)) == ("hf", "vllm is not installed")
     with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object()):
         lora = {"shared": 16}  # the LoRA policies, as the trainer passes them to build_engine
         with mock.patch.object(torch.cuda, "is_available", lambda: False):
-            assert auto_engine(_cfg(1, 1), lora)[0] == "hf"  # vLLM's CPU LoRA path is the slow one
+            assert auto_engine(_rollout(1, 1), lora)[0] == "hf"  # vLLM's CPU LoRA path is the slow one
         with mock.patch.object(torch.cuda, "is_available", lambda: True):
-            assert auto_engine(_cfg(1, 1), lora)[0] == "vllm"
+            assert auto_engine(_rollout(1, 1), lora)[0] == "vllm"
 
 
 def test_auto_builds_hf_for_training_sized_calls() -> None:
+    from pettingllms.config.schema import ModelConfig
     from pettingllms.rollout.engines import build_engine
 
-    assert isinstance(build_engine(_cfg(4, 4, engine_options={"max_batch_size": 4})), HFEngine)
+    engine = build_engine(_rollout(4, 4, engine_options={"max_batch_size": 4}), ModelConfig(path=TINY),
+                          device="cpu", seed=0, policies={"shared": TINY})
+    assert isinstance(engine, HFEngine)

@@ -12,8 +12,9 @@ import pytest
 from net_helpers import free_port
 from omegaconf import OmegaConf
 
-from pettingllms.config import ConfigError, validate
-from pettingllms.rollout.engines import GenerationRequest, SamplingParams, build_engine
+from pettingllms.config.validate import validate
+from pettingllms.errors import ConfigError
+from pettingllms.rollout.engines import GenerationRequest, SamplingParams, build_engine, engine_policies
 from pettingllms.rollout.engines.base import Completion
 from pettingllms.rollout.engines.openai import completion_problem
 from pettingllms.utils.models import resolve_model_path
@@ -57,7 +58,8 @@ def server(tmp_path_factory):
 def _engine(url: str, **openai):
     cfg = validate(OmegaConf.create({"model": {"path": TINY}, "rollout": {"engine": "openai",
                                                                           "openai": {"base_url": url, **openai}}}))
-    return build_engine(cfg)
+    return build_engine(cfg.rollout, cfg.model, device="cpu", seed=int(cfg.seed),
+                        policies=engine_policies(cfg.policies, cfg.model.path))
 
 
 @pytest.mark.slow

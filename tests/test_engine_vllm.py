@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pettingllms.config import VLLMConfig
-from pettingllms.policies import build_policies
+from pettingllms.trainer.assemble import build_policy_set
 from pettingllms.policies.logprobs import pack, response_logprobs
 from pettingllms.records import Sample
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
@@ -92,7 +92,7 @@ def _as_samples(agent, comps):
 
 
 def test_lora_sync_reflects_each_adapter_and_two_adapters_differ(engine):
-    ps = build_policies(make_cfg({"agents_mode": "per_agent_lora"}), AGENTS)
+    ps = build_policy_set(make_cfg({"agents_mode": "per_agent_lora"}), AGENTS)
     for step in range(2):  # different updates for the two adapters
         ps.update(make_samples("tool", [1.0, -1.0, 0.5], seed=60 + step)
                   + make_samples("reasoner", [-1.0, 1.0, -0.5], seed=70 + step), step)
@@ -120,7 +120,7 @@ def test_full_weight_sync_reloads_in_place(engine, tmp_path, via):
     (trainer.backend=verl: only the path crosses the driver)."""
     from pettingllms.rollout.engines.weights import WeightUpdate, write_full_weights
 
-    ps = build_policies(make_cfg(), ["solo"])
+    ps = build_policy_set(make_cfg(), ["solo"])
     worker = ps.workers["shared"]
     before = _ask(engine, "shared", temperature=1.0)
     for step in range(2):  # other samples per case: each case moves the engine's weights again

@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 
 from pettingllms.config import EnvConfig
 from pettingllms.envs import make_env
-from pettingllms.envs.code.data import (build, humaneval_rows, verify_function_rows,
-                                        verify_io_rows)
+from pettingllms.envs.code.data import build, humaneval_rows
 from pettingllms.envs.code.parsing import extract_code, extract_io_tests, humaneval_tests
+from pettingllms.envs.code.rows import verify_function_rows, verify_io_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = dict(test_wall_s=2.0)
@@ -277,7 +277,7 @@ def test_doing_nothing_scores_zero_on_every_humaneval_problem():
 
 
 def test_a_refusing_sandbox_stops_the_build_instead_of_emptying_it(monkeypatch):
-    from pettingllms.config import ConfigError
+    from pettingllms.errors import ConfigError
     from pettingllms.sandbox import configure_sandbox, isolation
 
     monkeypatch.setenv("PETTINGLLMS_SANDBOX", "subprocess")

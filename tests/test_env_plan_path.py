@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from pettingllms.config import validate
+from pettingllms.config.validate import validate
 from pettingllms.envs import make_env
-from pettingllms.envs.grid_common import action_payload, parse_moves
+from pettingllms.envs.grid.actions import action_payload, parse_moves
 from pettingllms.envs.plan_path.data import build, make_row
 from pettingllms.envs.plan_path.game import distances, generate, shortest_path
 
@@ -158,6 +158,7 @@ def grid_row(name: str) -> tuple[dict, str]:
 def test_tree_rollout_with_a_scripted_engine_commits_the_solving_plan(name):
     sys.path.insert(0, str(ROOT / "tests"))
     from fakes import ScriptedEngine, make_cfg
+    from pettingllms.trainer.assemble import rollout_settings
 
     from pettingllms.rollout.runner import Rollout
 
@@ -171,7 +172,7 @@ def test_tree_rollout_with_a_scripted_engine_commits_the_solving_plan(name):
     cfg = make_cfg(rollout={"k": 2, "strategy": "tree"}, reward={"local_weight": 0.5},
                    env={"name": name, "max_turns": 2})
     rollout = Rollout(ScriptedEngine(script), lambda: make_env(name, max_turns=2),
-                      {"tool": "shared", "plan": "shared"}, cfg)
+                      {"tool": "shared", "plan": "shared"}, rollout_settings(cfg))
     episode = rollout.run([row], seed=0).episodes[0]
     assert episode.trajectory.success and episode.trajectory.num_turns == 1
     committed = [s for s in episode.samples if s.committed]
@@ -189,7 +190,7 @@ def test_one_step_tiny_model_training_run_completes(name, tmp_path):
     cfg = load_config("tiny_test", [f"env.name={name}", f"env.data={data}", f"env.data_root={tmp_path}",
                                     "~env.options", "env.max_turns=1", "trainer.total_steps=1",
                                     "reward.local_weight=0.5", f"trainer.output_dir={tmp_path / 'out'}",
-                                    "trainer.run_name=r", "trainer.progress_bar=false"])
+                                    "trainer.run_name=r", "trainer.logging.progress_bar=false"])
     trainer = LocalTrainer(cfg)
     try:
         history = trainer.fit()

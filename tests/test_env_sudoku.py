@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pettingllms.envs import make_env
-from pettingllms.envs.grid_common import SPLIT_SPAN, split_seed
+from pettingllms.envs.grid.splits import SPLIT_SPAN, split_seed
 from pettingllms.envs.sudoku.data import build, make_row
 from pettingllms.envs.sudoku.game import generate, is_solution, search
 

@@ -120,7 +120,7 @@ def test_builder_on_a_tiny_model_then_sft_on_its_rows(tmp_path):
 
     cfg = load_config("grid_cold_start", [*common, f"sft.data={out / 'train.jsonl'}", "sft.batch_size=2",
                                           "rollout.max_prompt_tokens=512", f"trainer.output_dir={tmp_path / 'runs'}",
-                                          "trainer.log_tensorboard=false"])
+                                          "trainer.logging.log_tensorboard=false"])
     run = run_sft(cfg)
     summary = json.loads((run / "sft_summary.json").read_text())
     assert summary["rows"] == 4 and summary["steps"] == 2

@@ -5,6 +5,7 @@ import pytest
 
 from fakes import ScriptedEngine, ToySumEnv, make_cfg, toy_script
 from pettingllms.algorithms.grouping import group_key, group_samples, normalize_group_by
+from pettingllms.trainer.assemble import rollout_settings
 from pettingllms.records import Sample
 from pettingllms.rollout.runner import Rollout
 
@@ -63,7 +64,7 @@ def test_group_samples_uses_stored_keys_by_default():
 def test_rollout_stores_keys_from_config(group_by, n_groups):
     engine = ScriptedEngine(toy_script({("proposer", 0): ["2", "3"], ("finisher", 0): ["3", "1"]}))
     cfg = make_cfg(rollout={"k": 2}, algorithm={"group_by": group_by})
-    batch = Rollout(engine, lambda: ToySumEnv(max_turns=1), {"proposer": "s", "finisher": "s"}, cfg).run(
+    batch = Rollout(engine, lambda: ToySumEnv(max_turns=1), {"proposer": "s", "finisher": "s"}, rollout_settings(cfg)).run(
         [{"id": "p0", "target": 5}, {"id": "p1", "target": 4}], seed=0)
     groups = group_samples(batch.samples)
     assert len(groups) == n_groups

@@ -11,8 +11,9 @@ import torch
 from numerics import exact_float64, forward_tol
 from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
-from pettingllms.rollout.engines.hf_fast import buffered_cache, last_position
-from pettingllms.rollout.engines.lean_llama import LeanLlama
+from pettingllms.rollout.engines.hf_runtime.kv_cache import buffered_cache
+from pettingllms.rollout.engines.hf_runtime.lean_llama import LeanLlama
+from pettingllms.rollout.engines.hf_runtime.linear import last_position
 from pettingllms.utils.models import load_causal_lm
 
 TINY = "tiny:test"

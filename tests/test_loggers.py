@@ -1,4 +1,4 @@
-"""trainer.logger: every sink gets the same step metrics; W&B offline and MLflow's local store
+"""trainer.logging.logger: every sink gets the same step metrics; W&B offline and MLflow's local store
 are read back from the run folder; a resumed run continues the same W&B / MLflow run."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.trainer.loggers import check_loggers, mlflow_name, scalars, selected_sinks
 from trainer_fixtures import trainer_cfg
 
@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_sink_selection_and_checks(tmp_path):
-    cfg = trainer_cfg(tmp_path, "trainer.logger=[console,tensorboard]")
+    cfg = trainer_cfg(tmp_path, "trainer.logging.logger=[console,tensorboard]")
     assert selected_sinks(cfg) == ["jsonl", "console", "tensorboard"]  # jsonl is always on
-    cfg = trainer_cfg(tmp_path, "trainer.logger=[console,tensorboard]", "trainer.log_tensorboard=false")
+    cfg = trainer_cfg(tmp_path, "trainer.logging.logger=[console,tensorboard]", "trainer.logging.log_tensorboard=false")
     assert selected_sinks(cfg) == ["jsonl", "console"]
-    with pytest.raises(ConfigError, match="unknown trainer.logger entry 'wandbb' \\(did you mean 'wandb'\\?\\)"):
-        check_loggers(trainer_cfg(tmp_path, "trainer.logger=[console,wandbb]"))
+    with pytest.raises(ConfigError, match="unknown trainer.logging.logger entry 'wandbb' \\(did you mean 'wandb'\\?\\)"):
+        check_loggers(trainer_cfg(tmp_path, "trainer.logging.logger=[console,wandbb]").trainer.logging.logger)
     assert scalars({"step": 3, "a": 1, "b": float("nan"), "c": "x", "d": True}) == {"a": 1.0}
     assert mlflow_name("val/math/avg@4") == "val/math/avg_4"
 
@@ -88,8 +88,8 @@ def test_tiny_run_logs_to_every_sink_and_resume_continues(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", WANDB_API_KEY="", HOME=str(tmp_path))  # no key
     base = [sys.executable, "-m", "pettingllms.train", *tiny_args(data, tmp_path / "out"), f"hydra.run.dir={run}",
-            "trainer.logger=[console,jsonl,tensorboard,wandb,mlflow]", "trainer.project=pl_test",
-            "trainer.save_freq=1"]
+            "trainer.logging.logger=[console,jsonl,tensorboard,wandb,mlflow]", "trainer.logging.project=pl_test",
+            "trainer.checkpoint.save_freq=1"]
     r = subprocess.run(base, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "step 1/1 | reward" in r.stdout  # console
@@ -102,7 +102,7 @@ def test_tiny_run_logs_to_every_sink_and_resume_continues(tmp_path):
     assert [row["_step"] for row in rows] == [1]
     want = scalars(jsonl[0])
     assert {k: rows[0][k] for k in want} == pytest.approx(want)
-    assert config["experiment"] == "tiny_test" and config["trainer"]["project"] == "pl_test"
+    assert config["experiment"] == "tiny_test" and config["trainer"]["logging"]["project"] == "pl_test"
     assert config["trainer"]["total_steps"] == 1
 
     client, runs = mlflow_runs(run)
@@ -112,8 +112,8 @@ def test_tiny_run_logs_to_every_sink_and_resume_continues(tmp_path):
     assert got == pytest.approx({mlflow_name(k): v for k, v in want.items()})
 
     # resume to step 2 in the same folder: the same W&B run id and MLflow run continue
-    r = subprocess.run(base + ["trainer.total_steps=2", "trainer.resume=auto",
-                                                        "trainer.resume_allow_changes=true"], cwd=ROOT, env=env,
+    r = subprocess.run(base + ["trainer.total_steps=2", "trainer.checkpoint.resume=auto",
+                                                        "trainer.checkpoint.resume_allow_changes=true"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     run_id2, _, rows = wandb_offline_run(run)

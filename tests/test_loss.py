@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from pettingllms.algorithms.loss import agg_loss, low_var_kl, ppo_loss
+from pettingllms.config.schema import AlgorithmConfig
 
 
 def _cfg(**over):
-    cfg = dict(clip_low=0.2, clip_high=0.28, dual_clip_c=3.0, kl_coef=0.0, entropy_coef=0.0, loss_agg="token-mean")
-    cfg.update(over)
-    return cfg
+    return AlgorithmConfig(**{**dict(clip_low=0.2, clip_high=0.28, dual_clip_c=3.0, kl_coef=0.0,
+                                     entropy_coef=0.0, loss_agg="token-mean"), **over})
 
 
 def _logp_pair(ratios):
@@ -188,6 +188,6 @@ def test_grpo_advantage_matches_verl(seed):
     v_adv, _ = core_algos.compute_grpo_outcome_advantage(token_rewards, mask, index, epsilon=1e-6)
     samples = [Sample(agent="a", turn=0, problem_id="p", episode_id="e", prompt_ids=[], response_ids=[],
                       logprobs=[], reward=float(r), group_key=(g,)) for r, g in zip(rewards, index)]
-    compute_advantages(samples, {"advantage": "grpo", "eps": 1e-6})
+    compute_advantages(samples, AlgorithmConfig(advantage="grpo", eps=1e-6))
     # verl works in fp32 (eps 1.2e-7) over groups of 4: a few ulps of values <= ~2, well under 1e-5.
     assert [s.advantage for s in samples] == pytest.approx(v_adv[:, 0].tolist(), rel=1e-5, abs=1e-5)

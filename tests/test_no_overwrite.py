@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.envs.dataset import ensure_dataset, load_split
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.local import LocalTrainer, resolve_run
@@ -135,7 +135,7 @@ def test_run_folder_with_checkpoints_but_no_metrics_is_refused(tmp_path):
     run_dir = tmp_path / "outputs" / "tiny_test" / "r"
     _fake_run(run_dir, cfg)
     before = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
-    with pytest.raises(ConfigError, match="is not empty .*use trainer.resume=auto to continue it"):
+    with pytest.raises(ConfigError, match="is not empty .*use trainer.checkpoint.resume=auto to continue it"):
         resolve_run(cfg)
     assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == before
 
@@ -143,23 +143,23 @@ def test_run_folder_with_checkpoints_but_no_metrics_is_refused(tmp_path):
 def test_resume_refuses_a_changed_config(tmp_path):
     run_dir = tmp_path / "outputs" / "tiny_test" / "r"
     _fake_run(run_dir, trainer_cfg(tmp_path, "trainer.run_name=r"))
-    changed = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.resume=auto", "rollout.k=4", "trainer.lr=0.01")
+    changed = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "rollout.k=4", "trainer.optim.lr=0.01")
     with pytest.raises(ConfigError) as e:
         resolve_run(changed)
     msg = str(e.value)
-    assert "differs from its config.yaml: rollout.k: 2 -> 4; trainer.lr: 0.001 -> 0.01" in msg
-    assert "trainer.resume_allow_changes=true" in msg and "\n" not in msg
+    assert "differs from its config.yaml: rollout.k: 2 -> 4; trainer.optim.lr: 0.001 -> 0.01" in msg
+    assert "trainer.checkpoint.resume_allow_changes=true" in msg and "\n" not in msg
     assert not (run_dir / "config_changes.jsonl").exists()
     # the same config (and where/how it is started) resumes
-    same = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.resume=auto", "trainer.save_freq=1")
+    same = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "trainer.checkpoint.save_freq=1")
     assert resolve_run(same) == (run_dir, ckpt_io.checkpoint_dir(run_dir, 2))
 
 
 def test_resume_allow_changes_records_the_diff(tmp_path, caplog):
     run_dir = tmp_path / "outputs" / "tiny_test" / "r"
     _fake_run(run_dir, trainer_cfg(tmp_path, "trainer.run_name=r"))
-    cfg = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.resume=auto", "rollout.k=4",
-                      "trainer.resume_allow_changes=true")
+    cfg = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "rollout.k=4",
+                      "trainer.checkpoint.resume_allow_changes=true")
     with caplog.at_level(logging.WARNING):
         assert resolve_run(cfg)[1] == ckpt_io.checkpoint_dir(run_dir, 2)
     record = json.loads((run_dir / "config_changes.jsonl").read_text())
@@ -168,7 +168,7 @@ def test_resume_allow_changes_records_the_diff(tmp_path, caplog):
 
 
 def test_resume_auto_without_checkpoint_starts_fresh_apart_from_stale_outputs(tmp_path, caplog):
-    cfg = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.resume=auto")
+    cfg = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto")
     run_dir = tmp_path / "outputs" / "tiny_test" / "r"
     (run_dir / "trajectories").mkdir(parents=True)  # killed during step 3, before any checkpoint
     (run_dir / "trajectories" / "step_3.jsonl").write_text("{}\n")
@@ -181,7 +181,7 @@ def test_resume_auto_without_checkpoint_starts_fresh_apart_from_stale_outputs(tm
     assert not (run_dir / "trajectories").exists() and not (run_dir / "metrics.jsonl").exists()
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # an empty / new folder: still says it starts fresh
-        resolve_run(trainer_cfg(tmp_path, "trainer.run_name=new", "trainer.resume=auto"))
+        resolve_run(trainer_cfg(tmp_path, "trainer.run_name=new", "trainer.checkpoint.resume=auto"))
     assert "starting fresh" in caplog.text
 
 
@@ -189,7 +189,7 @@ def test_resume_auto_without_checkpoint_starts_fresh_apart_from_stale_outputs(tm
 def saved_run(tmp_path_factory):
     """Two real checkpoints (full fine-tuning, tiny model, random-token engine)."""
     tmp = tmp_path_factory.mktemp("ckpt")
-    cfg = trainer_cfg(tmp, "trainer.run_name=r", "trainer.total_steps=2", "trainer.save_freq=1")
+    cfg = trainer_cfg(tmp, "trainer.run_name=r", "trainer.total_steps=2", "trainer.checkpoint.save_freq=1")
     trainer = LocalTrainer(cfg, engine=RandomTokenEngine())
     try:
         trainer.fit()
@@ -211,8 +211,8 @@ def test_unreadable_latest_checkpoint_falls_back_naming_the_file(saved_run, tmp_
     run = _copy_run(run_dir, tmp_path / "outputs" / "tiny_test" / "r")
     bad = next(ckpt_io.checkpoint_dir(run, 2).rglob(damaged))
     bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # truncated, as by a full disk
-    cfg = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.total_steps=2", "trainer.save_freq=1",
-                      "trainer.resume=auto", f"env.data_root={tmp / 'datasets'}")
+    cfg = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.total_steps=2", "trainer.checkpoint.save_freq=1",
+                      "trainer.checkpoint.resume=auto", f"env.data_root={tmp / 'datasets'}")
     with caplog.at_level(logging.WARNING):
         trainer = LocalTrainer(cfg, engine=RandomTokenEngine())
     trainer.close()
@@ -222,10 +222,10 @@ def test_unreadable_latest_checkpoint_falls_back_naming_the_file(saved_run, tmp_
 
 def test_checkpoint_of_other_policies_is_one_line(saved_run, tmp_path):
     tmp, run_dir = saved_run
-    from pettingllms.policies import build_policies
+    from pettingllms.trainer.assemble import build_policy_set
 
     cfg = trainer_cfg(tmp, "policies=per_agent_lora")
-    workers = build_policies(cfg, ["writer", "checker"]).workers
+    workers = build_policy_set(cfg, ["writer", "checker"]).workers
     with pytest.raises(ConfigError) as e:
         ckpt_io.load_checkpoint(ckpt_io.checkpoint_dir(run_dir, 2), workers)
     assert str(e.value).startswith(f"checkpoint {ckpt_io.checkpoint_dir(run_dir, 2)} holds policies ['shared'] "
@@ -233,8 +233,8 @@ def test_checkpoint_of_other_policies_is_one_line(saved_run, tmp_path):
     # and resume=auto refuses it before loading anything, as a changed config
     run = _copy_run(run_dir, tmp_path / "outputs" / "tiny_test" / "r")
     with pytest.raises(ConfigError, match="differs from its config.yaml: agents_mode"):
-        resolve_run(trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.resume=auto", "policies=per_agent_lora",
-                                "trainer.total_steps=2", "trainer.save_freq=1", f"env.data_root={tmp / 'datasets'}"))
+        resolve_run(trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "policies=per_agent_lora",
+                                "trainer.total_steps=2", "trainer.checkpoint.save_freq=1", f"env.data_root={tmp / 'datasets'}"))
     assert run.exists()
 
 
@@ -247,7 +247,7 @@ def test_eval_results_are_keyed_by_their_settings(tmp_path):
     cfg_b = trainer_cfg(tmp_path, "eval.k=2", "eval.temperature=0.2")
     ckpt = str(tmp_path / "run" / "checkpoints" / "step_000001")
     a, b = settings_hash(cfg_a, ckpt), settings_hash(cfg_b, ckpt)
-    assert a != b and a == settings_hash(trainer_cfg(tmp_path, "eval.k=2", "trainer.progress_bar=true"), ckpt)
+    assert a != b and a == settings_hash(trainer_cfg(tmp_path, "eval.k=2", "trainer.logging.progress_bar=true"), ckpt)
     assert output_path(cfg_a, ckpt, a) != output_path(cfg_b, ckpt, b)
     assert output_path(cfg_a, ckpt, a).name == f"eval_{ENV_NAME}_test_k2_{a}.json"
     # an explicit eval.output made with other settings is refused before evaluating

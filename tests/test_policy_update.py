@@ -9,16 +9,16 @@ import torch
 
 from numerics import THREADS, assert_close_by_size, exact_float64, forward_tol, num_threads
 from policy_helpers import all_equal, any_changed, make_cfg, make_samples
-from pettingllms.policies import build_policies
+from pettingllms.trainer.assemble import build_policy_set
 from pettingllms.policies import logprobs as logprobs_module
 from pettingllms.policies.logprobs import (full_logits_logprobs, linear_target_logprobs, pack, response_logprobs,
                                            target_logprobs)
-from pettingllms.policies.worker import lr_lambda
+from pettingllms.policies.training import lr_lambda
 from pettingllms.utils.models import tiny_model
 
 
 def _shared(cfg):
-    return build_policies(cfg, ["tool", "reasoner"]).workers["shared"]
+    return build_policy_set(cfg, ["tool", "reasoner"]).workers["shared"]
 
 
 @pytest.mark.parametrize("lora", [False, True])
@@ -464,7 +464,7 @@ def test_lora_under_autocast_skips_peft_input_casts_and_trains_bit_identically()
     same updated adapter as with the casts, bit for bit."""
     results = []
     for casts in (True, False):
-        worker = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
+        worker = build_policy_set(make_cfg(lora=True, dtype="bfloat16"), ["solo"]).workers["shared"]
         flags = [m for m in worker.model.modules() if hasattr(m, "cast_input_dtype_enabled")]
         assert flags and not any(m.cast_input_dtype_enabled for m in flags)
         for m in flags:
@@ -475,5 +475,5 @@ def test_lora_under_autocast_skips_peft_input_casts_and_trains_bit_identically()
         results.append((logprobs, {k: v.clone() for k, v in worker.trainable_state().items()}))
     assert results[0][0] == results[1][0]
     assert all_equal(results[0][1], results[1][1])
-    fp32 = build_policies(make_cfg(lora=True), ["solo"]).workers["shared"]  # no autocast: peft's default
+    fp32 = build_policy_set(make_cfg(lora=True), ["solo"]).workers["shared"]  # no autocast: peft's default
     assert all(m.cast_input_dtype_enabled for m in fp32.model.modules() if hasattr(m, "cast_input_dtype_enabled"))

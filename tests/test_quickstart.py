@@ -24,7 +24,7 @@ def test_quickstart_one_step_on_the_embedded_model(tmp_path):
         # the quick start's own config, one step, on a smaller batch to keep CI short
         ["bash", "scripts/train/quickstart.sh", "trainer.total_steps=1", "rollout.batch_size=2",
          "rollout.sampling.max_new_tokens=48", f"trainer.output_dir={out}", "trainer.run_name=ci",
-         "trainer.progress_bar=false", "trainer.val_freq=1", "eval.limit=2"],
+         "trainer.logging.progress_bar=false", "trainer.validation.val_freq=1", "eval.limit=2"],
         cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=880)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     run = out / "quickstart" / "ci"

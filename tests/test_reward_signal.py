@@ -17,8 +17,9 @@ from omegaconf import OmegaConf
 
 from fakes import ScriptedEngine, make_cfg
 from pettingllms.algorithms.advantages import compute_advantages
+from pettingllms.trainer.assemble import rollout_settings
 from pettingllms.envs import make_env
-from pettingllms.envs.grid_common import split_seed
+from pettingllms.envs.grid.splits import split_seed
 from pettingllms.rollout.runner import Rollout
 from pettingllms.trainer.metrics import agent_signal_metrics
 
@@ -42,7 +43,7 @@ def _play(env_file: str, problem: dict, texts, **reward):
 
     agents = factory().agents
     engine = ScriptedEngine(lambda req: texts(*_agent_turn(req)))
-    batch = Rollout(engine, factory, {a: "shared" for a in agents}, cfg).run([problem], seed=0)
+    batch = Rollout(engine, factory, {a: "shared" for a in agents}, rollout_settings(cfg)).run([problem], seed=0)
     compute_advantages(batch.samples, cfg.algorithm)
     return batch, cfg, agents
 
@@ -195,7 +196,7 @@ def test_starvation_warning_after_n_flat_steps():
     assert starved_agents(history, ["tool", "plan"], 2) == [("plan", 2)]  # tool at 3: not a multiple
     assert starved_agents(history + [row(1.0, 0.0)], ["tool", "plan"], 2) == [("tool", 4)]
     assert starved_agents(history, ["tool", "plan"], 0) == []
-    assert make_cfg().trainer.starvation_warn_steps > 0
+    assert make_cfg().trainer.logging.starvation_warn_steps > 0
 
 
 def test_tie_rule_is_seeded_among_the_best_and_logged_once(monkeypatch, caplog):
@@ -221,8 +222,8 @@ def test_trainer_warns_about_a_starved_agent(tmp_path, caplog):
     from pettingllms.trainer.local import LocalTrainer
     from trainer_fixtures import RandomTokenEngine, trainer_cfg
 
-    cfg = trainer_cfg(tmp_path, "rollout.k=1", "trainer.total_steps=2", "trainer.starvation_warn_steps=2",
-                      "trainer.save_freq=0", "trainer.run_name=starve")
+    cfg = trainer_cfg(tmp_path, "rollout.k=1", "trainer.total_steps=2", "trainer.logging.starvation_warn_steps=2",
+                      "trainer.checkpoint.save_freq=0", "trainer.run_name=starve")
     trainer = LocalTrainer(cfg, engine=RandomTokenEngine())
     try:
         with caplog.at_level(logging.WARNING, logger="pettingllms.trainer.local"):

@@ -5,6 +5,7 @@ import pytest
 
 from fakes import ScriptedEngine, ToySumEnv, make_cfg, parse_toy_request, toy_script
 from pettingllms.rollout.runner import Rollout
+from pettingllms.trainer.assemble import rollout_settings
 
 POLICY = {"proposer": "p_policy", "finisher": "f_policy"}
 
@@ -13,7 +14,7 @@ def _run(script, problems, k=3, max_turns=2, seed=0):
     engine = ScriptedEngine(toy_script(script))
     cfg = make_cfg(rollout={"k": k, "strategy": "flat", "env_workers": 2},
                    reward={"team_weight": 1.0, "local_weight": 0.5})
-    return Rollout(engine, lambda: ToySumEnv(max_turns=max_turns), POLICY, cfg).run(problems, seed=seed), engine
+    return Rollout(engine, lambda: ToySumEnv(max_turns=max_turns), POLICY, rollout_settings(cfg)).run(problems, seed=seed), engine
 
 
 def test_k_independent_episodes():
@@ -76,7 +77,7 @@ def test_flat_grpo_baseline_by_hand():
     engine = ScriptedEngine(toy_script(script))
     cfg = make_cfg(rollout={"k": 3, "strategy": "flat"}, algorithm={"group_by": ["problem"], "eps": 0.0},
                    reward={"team_weight": 1.0, "local_weight": 0.5})
-    batch = Rollout(engine, lambda: ToySumEnv(max_turns=2), POLICY, cfg).run(
+    batch = Rollout(engine, lambda: ToySumEnv(max_turns=2), POLICY, rollout_settings(cfg)).run(
         [{"id": "p0", "target": 5}], seed=0)
     assert {s.group_key for s in batch.samples} == {("p0",)}
     assert [len(e.samples) for e in batch.episodes] == [2, 4, 4]

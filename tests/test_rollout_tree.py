@@ -11,6 +11,7 @@ import pytest
 
 from fakes import ScriptedEngine, ToySumEnv, make_cfg, parse_toy_request, toy_script
 from pettingllms.algorithms.advantages import compute_advantages
+from pettingllms.trainer.assemble import rollout_settings
 from pettingllms.rollout.runner import Rollout
 
 POLICY = {"proposer": "shared", "finisher": "shared"}
@@ -24,7 +25,7 @@ def _cfg(k=3, **over):
 
 def _run(seed, script=SCRIPT, problems=({"id": "p0", "target": 5},), max_turns=2, k=3, **over):
     engine = ScriptedEngine(script if callable(script) else toy_script(script))
-    rollout = Rollout(engine, lambda: ToySumEnv(max_turns=max_turns), POLICY, _cfg(k=k, **over))
+    rollout = Rollout(engine, lambda: ToySumEnv(max_turns=max_turns), POLICY, rollout_settings(_cfg(k=k, **over)))
     return rollout.run(list(problems), seed=seed), engine
 
 
@@ -159,7 +160,7 @@ def test_deterministic_whatever_the_thread_timing():
     def once():
         engine = ScriptedEngine(toy_script(script))
         rollout = Rollout(engine, lambda: ToySumEnv(max_turns=3, delay_s=0.003), POLICY,
-                          _cfg(k=4, env_workers=4))
+                          rollout_settings(_cfg(k=4, env_workers=4)))
         return [e.to_dict() for e in rollout.run(problems, seed=11).episodes]
     assert once() == once()
 
@@ -177,9 +178,9 @@ def test_bad_engine_and_missing_policy_fail_clearly():
     class Short(ScriptedEngine):
         def generate(self, requests):
             return [comps[:1] for comps in super().generate(requests)]
-    rollout = Rollout(Short(toy_script(SCRIPT)), lambda: ToySumEnv(), POLICY, _cfg())
+    rollout = Rollout(Short(toy_script(SCRIPT)), lambda: ToySumEnv(), POLICY, rollout_settings(_cfg()))
     with pytest.raises(RuntimeError, match="1 completions .* n=3"):
         rollout.run([{"id": "p0", "target": 5}], seed=0)
-    rollout = Rollout(ScriptedEngine(toy_script(SCRIPT)), lambda: ToySumEnv(), {"proposer": "a"}, _cfg())
+    rollout = Rollout(ScriptedEngine(toy_script(SCRIPT)), lambda: ToySumEnv(), {"proposer": "a"}, rollout_settings(_cfg()))
     with pytest.raises(ValueError, match="finisher"):
         rollout.run([{"id": "p0", "target": 5}], seed=0)

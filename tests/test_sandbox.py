@@ -17,7 +17,7 @@ import time
 import pytest
 
 from pettingllms.sandbox import SandboxLimits, SandboxPool, run_python, sandbox_backend
-from pettingllms.sandbox import isolation
+from pettingllms.sandbox import isolation, launch
 
 FAST = SandboxLimits(wall_s=2.0, cpu_s=2.0, memory_mb=512, max_processes=16)
 
@@ -37,17 +37,17 @@ def backend(request, monkeypatch):
 def swept_uids(monkeypatch):
     """Record the uid each run used, so a test can check nothing of it is left running."""
     seen: list[int] = []
-    real = isolation.kill_uid_processes
+    real = launch.kill_uid_processes
 
     def recording(uid):
         seen.append(uid)
         return real(uid)
-    monkeypatch.setattr(isolation, "kill_uid_processes", recording)
+    monkeypatch.setattr(launch, "kill_uid_processes", recording)
     return seen
 
 
 def _processes_of(uid: int) -> list[int]:
-    return isolation.live_uid_processes(uid)
+    return launch.live_uid_processes(uid)
 
 
 def _host_is_fine() -> None:
@@ -310,7 +310,7 @@ def test_program_runs_as_a_leased_uid_with_no_groups(monkeypatch, with_setpriv):
         r = run_python("import os\nprint(os.getresuid(), os.getresgid(), os.getgroups())", "", FAST)
         assert r.ok, r
         uid = int(r.stdout.split(",")[0].strip("( "))  # the real uid
-        assert isolation.UID_BASE <= uid < isolation.UID_BASE + isolation.UID_COUNT
+        assert launch.UID_BASE <= uid < launch.UID_BASE + launch.UID_COUNT
         assert r.stdout.strip() == f"({uid}, {uid}, {uid}) ({uid}, {uid}, {uid}) []"
     finally:
         isolation.reset_backend()
@@ -318,16 +318,16 @@ def test_program_runs_as_a_leased_uid_with_no_groups(monkeypatch, with_setpriv):
 
 def test_launch_switches_uid_in_the_exec_chain_when_setpriv_is_there():
     """With setpriv, Popen gets no user=/group=/preexec_fn (CPython then vforks instead of
-    copying a large caller), and the limits are applied after the uid switch, as before."""
+    copying a large caller), and the limits are applied after the uid switch."""
     class Lease:
-        uid = isolation.UID_BASE + 3
+        uid = launch.UID_BASE + 3
 
-    backend = isolation.Backend("subprocess", "/usr/bin/python3", True, prlimit="/p/prlimit",
-                                setpriv="/p/setpriv")
-    cmd, kwargs = isolation.launch(backend, Lease(), FAST, ["prog"])
+    backend = launch.Backend("subprocess", "/usr/bin/python3", True, prlimit="/p/prlimit",
+                             setpriv="/p/setpriv")
+    cmd, kwargs = launch.wrap(backend, Lease(), FAST, ["prog"])
     assert kwargs == {}
     assert cmd[:5] == ["/p/setpriv", f"--reuid={Lease.uid}", f"--regid={Lease.uid}", "--clear-groups", "--"]
     assert cmd[5] == "/p/prlimit" and cmd[-1] == "prog"
     backend.setpriv = None
-    cmd, kwargs = isolation.launch(backend, Lease(), FAST, ["prog"])
+    cmd, kwargs = launch.wrap(backend, Lease(), FAST, ["prog"])
     assert kwargs == {"user": Lease.uid, "group": Lease.uid, "extra_groups": []} and cmd[0] == "/p/prlimit"

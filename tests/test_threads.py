@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pettingllms.cli.config_loading import load_config
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.utils.threads import choose_threads, parse_threads, read_load
 
 

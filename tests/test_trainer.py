@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.records import Episode, Trajectory, read_episodes
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.data import DataOrder
-from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics, format_table
+from pettingllms.trainer.assemble import evaluate_on
+from pettingllms.trainer.evaluation import flat_metrics, format_table
 from pettingllms.trainer.local import LocalTrainer, before_after, resolve_run, rollout_seed
 from pettingllms.trainer.outputs import summary_line
 from trainer_fixtures import ENV_NAME, RandomTokenEngine, trainer_cfg
@@ -29,8 +30,8 @@ REQUIRED = ["step", "reward/mean", "timing/step_s", "reward/writer/mean", "rewar
 def two_step_run(tmp_path_factory):
     """Two steps of the full loop: tiny model, HF engine, LoRA off, validation at step 2."""
     tmp = tmp_path_factory.mktemp("train")
-    cfg = trainer_cfg(tmp, "trainer.run_name=r", "trainer.total_steps=2", "trainer.val_freq=2",
-                      "trainer.val_before=true")
+    cfg = trainer_cfg(tmp, "trainer.run_name=r", "trainer.total_steps=2", "trainer.validation.val_freq=2",
+                      "trainer.validation.val_before=true")
     trainer = LocalTrainer(cfg)
     before = {k: v.clone() for k, v in trainer.workers["shared"].trainable_state().items()}
     history = trainer.fit()
@@ -97,15 +98,15 @@ def test_rollout_seed_depends_on_seed_and_step():
 
 def test_resume_needs_a_stable_run_folder(tmp_path):
     with pytest.raises(ConfigError, match="resume=auto needs a stable run folder"):
-        resolve_run(trainer_cfg(tmp_path, "trainer.resume=auto"))
+        resolve_run(trainer_cfg(tmp_path, "trainer.checkpoint.resume=auto"))
     with pytest.raises(ConfigError, match="not a complete checkpoint"):
-        resolve_run(trainer_cfg(tmp_path, f"trainer.resume={tmp_path}"))
+        resolve_run(trainer_cfg(tmp_path, f"trainer.checkpoint.resume={tmp_path}"))
 
 
 def test_existing_run_name_is_not_overwritten(two_step_run):
     run_dir, _, _, _ = two_step_run
     cfg = trainer_cfg(run_dir.parents[2], "trainer.run_name=r")
-    with pytest.raises(ConfigError, match="run folder .* is not empty .*use trainer.resume=auto"):
+    with pytest.raises(ConfigError, match="run folder .* is not empty .*use trainer.checkpoint.resume=auto"):
         resolve_run(cfg)
 
 
@@ -159,7 +160,7 @@ def test_eval_batch_problems_sets_the_problems_per_rollout_call(tmp_path):
     for batch_problems, sizes in ((None, [cfg.rollout.batch_size] * (9 // cfg.rollout.batch_size)), (4, [4, 4, 1])):
         cfg.eval.batch_problems = batch_problems
         _Counting.calls = []
-        evaluate_problems(lambda ecfg: _Counting(), cfg, problems, k=2, seed=0)
+        evaluate_on(lambda settings: _Counting(), cfg, problems, seed=0)
         assert _Counting.calls[:len(sizes)] == sizes and sum(_Counting.calls) == 9
 
 
@@ -167,8 +168,9 @@ def test_avg_and_pass_at_k_by_hand(tmp_path):
     cfg = trainer_cfg(tmp_path)
     problems = [{"id": "p0", "source": "a"}, {"id": "p1", "source": "a"}, {"id": "p2", "source": "b"}]
     seen = []
-    result = evaluate_problems(lambda ecfg: seen.append(ecfg) or _ScriptedRollout(), cfg, problems, k=2, seed=0)
-    assert seen[0].rollout.strategy == "flat" and seen[0].rollout.sampling.temperature == cfg.eval.temperature
+    cfg.eval.k = 2
+    result = evaluate_on(lambda settings: seen.append(settings) or _ScriptedRollout(), cfg, problems, seed=0)
+    assert seen[0].strategy == "flat" and seen[0].sampling["temperature"] == cfg.eval.temperature and seen[0].k == 2
     assert result["benchmarks"]["a"]["avg@2"] == pytest.approx(0.25)  # (1/2 + 0) / 2
     assert result["benchmarks"]["a"]["pass@2"] == pytest.approx(0.5)
     assert result["benchmarks"]["b"]["avg@2"] == 1.0 and result["benchmarks"]["b"]["pass@2"] == 1.0
@@ -212,7 +214,7 @@ def test_sandbox_and_judge_errors_are_step_metrics(two_step_run):
 
 
 def test_held_out_before_and_after_training(two_step_run):
-    # trainer.val_before: the untrained policy is validated once (kept for a resume) and the run
+    # trainer.validation.val_before: the untrained policy is validated once (kept for a resume) and the run
     # ends with one line comparing it with the last validation
     run_dir, history, _, _ = two_step_run
     before = json.loads((run_dir / "val_before.json").read_text())

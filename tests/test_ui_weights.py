@@ -10,8 +10,8 @@ import pytest
 
 from cold_start import make_cold_start
 from pettingllms.cli.config_loading import load_config
-from pettingllms.config import ConfigError
-from pettingllms.policies import build_policies
+from pettingllms.errors import ConfigError
+from pettingllms.trainer.assemble import build_policy_set
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
 from pettingllms.trainer import checkpoint as ckpt_io
@@ -44,7 +44,7 @@ def _outputs(engine, policy):
 
 def _saved_engine(cfg, ckpt):
     """Reference: a PolicyWorker loaded from the checkpoint, its merged weights in a plain engine."""
-    workers = build_policies(cfg, ["designer", "executor"]).workers
+    workers = build_policy_set(cfg, ["designer", "executor"]).workers
     ckpt_io.load_policies(ckpt, workers, weights_only=True)
     engine = HFEngine({"shared": MODEL}, dtype=str(cfg.model.dtype))
     engine.load_weights("shared", workers["shared"].generation_weights())

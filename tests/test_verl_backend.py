@@ -40,7 +40,7 @@ def test_one_device_setting_and_the_sync_folder(tmp_path):
     """verl's ranks follow trainer.device (its type; cuda:N's index is the HF engine's); full
     fine-tuning's sync files go to trainer.verl.sync_dir, else the run folder (stale ones cleared),
     else (evaluation) a folder the worker makes on this node."""
-    from pettingllms.config import ConfigError
+    from pettingllms.errors import ConfigError
     from pettingllms.policies.verl.setup import _device_type
     from pettingllms.trainer.backends import make_backend
 
@@ -213,15 +213,16 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
     of the elements may miss the tight bound, and none may differ by more than 2 lr."""
     from pettingllms.policies import resolve_policies
     from pettingllms.policies.verl.setup import RayCluster
+    from pettingllms.trainer.assemble import mapping_config, worker_settings
     from pettingllms.policies.verl.worker import VerlPolicyWorker
     from pettingllms.policies.worker import PolicyWorker
 
     cfg = make_cfg({"trainer": {"n_gpus_per_node": ranks, "device": "cpu"},
                     "algorithm": {"clip_low": 0.2, "clip_high": 0.28}}, lora=lora)
-    spec = resolve_policies(cfg, ["a"]).specs["shared"]
+    spec = resolve_policies(mapping_config(cfg), ["a"]).specs["shared"]
     samples = make_samples("a", [1.0, -1.0, 0.5, -0.5, 2.0], seed=1)  # 5: padded to 6 on 2 ranks
 
-    local = PolicyWorker(spec, cfg, device=torch.device("cpu"))
+    local = PolicyWorker(spec, worker_settings(cfg, "cpu"))
     start = _trained(local, lora)
     m_local = local.update(samples, step=1)
     end_local = _trained(local, lora)
@@ -254,7 +255,7 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
         cluster.shutdown()
 
     assert m_verl["loss"] == pytest.approx(m_local["loss"], abs=1e-5)
-    lr = float(cfg.trainer.lr)
+    lr = float(cfg.trainer.optim.lr)
     moved = loose = total = 0
     for k in start:
         diff = (end_v[k].float() - end_local[k].float()).abs()

@@ -39,7 +39,7 @@ def test_verl_backend_trains_checkpoints_and_resumes(ray_local, tmp_path):
     assert [m["step"] for m in full] == [1, 2, 3]
     assert all(m["train/grad_norm"] > 0 for m in full)
 
-    first, run_dir = _run(tmp_path, "split", "trainer.save_freq=1", max_steps=2)
+    first, run_dir = _run(tmp_path, "split", "trainer.checkpoint.save_freq=1", max_steps=2)
     for a, b in zip(first, full[:2]):  # the same run so far (CPU, deterministic)
         assert _comparable(a) == pytest.approx(_comparable(b), rel=1e-6, abs=1e-7)
     ckpt = ckpt_io.latest_checkpoint(run_dir)
@@ -51,7 +51,7 @@ def test_verl_backend_trains_checkpoints_and_resumes(ray_local, tmp_path):
         assert meta["backend"] == "verl" and meta["world_size"] == 1 and meta["kind"] == "lora"
         assert (d / "verl").is_dir() and any((d / ("adapter" if meta["kind"] == "lora" else "model")).iterdir())
 
-    resumed, run_dir2 = _run(tmp_path, "split", "trainer.save_freq=1", "trainer.resume=auto")
+    resumed, run_dir2 = _run(tmp_path, "split", "trainer.checkpoint.save_freq=1", "trainer.checkpoint.resume=auto")
     assert run_dir2 == run_dir
     assert [m["step"] for m in resumed] == [1, 2, 3]
     assert _comparable(resumed[2]) == pytest.approx(_comparable(full[2]), rel=1e-6, abs=1e-7)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pettingllms.policies import build_policies
+from pettingllms.trainer.assemble import build_policy_set
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
 from pettingllms.rollout.engines.weights import FULL_WEIGHTS, LoraFactor, WeightUpdate, write_full_weights
@@ -26,7 +26,7 @@ def _outputs(engine, policies):
 def test_l2_adapter_update_is_adapter_only_and_matches_merged_weights():
     """The HF engine merges each adapter update into its base: generation equals loading the
     worker's merged weights, for both adapters and after a second update (not stacked)."""
-    ps = build_policies(make_cfg({"agents_mode": "per_agent_lora"}), AGENTS)
+    ps = build_policy_set(make_cfg({"agents_mode": "per_agent_lora"}), AGENTS)
     bases = {n: TINY for n in AGENTS}
     synced, merged = HFEngine(bases, dtype="float32"), HFEngine(bases, dtype="float32")
     for step, seed in ((0, 30), (1, 40)):
@@ -46,7 +46,7 @@ def test_l2_adapter_update_is_adapter_only_and_matches_merged_weights():
 
 
 def test_full_update_carries_every_weight_and_changes_generation():
-    ps = build_policies(make_cfg(), ["solo"])
+    ps = build_policy_set(make_cfg(), ["solo"])
     worker = ps.workers["shared"]
     engine = HFEngine({"shared": TINY}, dtype="float32")
     before = _outputs(engine, ["shared"])
@@ -64,7 +64,7 @@ def test_full_update_carries_every_weight_and_changes_generation():
 def test_full_update_by_path_equals_the_tensors_and_fails_clearly_when_unseen(tmp_path):
     """A full update that names a file (trainer.backend=verl) gives the engine exactly the weights
     the tensors would; a path this node cannot see is one clear error, and the engine is unchanged."""
-    ps = build_policies(make_cfg(), ["solo"])
+    ps = build_policy_set(make_cfg(), ["solo"])
     worker = ps.workers["shared"]
     worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=60), 0)
     update = worker.weight_update()
@@ -88,7 +88,7 @@ def test_full_update_by_path_equals_the_tensors_and_fails_clearly_when_unseen(tm
 def test_lora_update_that_does_not_fit_changes_nothing():
     """The engine merges an adapter one weight at a time, so every weight's fit is checked
     first: an update whose last layer does not fit leaves every weight as it was."""
-    ps = build_policies(make_cfg(lora=True), ["solo"])
+    ps = build_policy_set(make_cfg(lora=True), ["solo"])
     worker = ps.workers["shared"]
     worker.update(make_samples("solo", [1.0, -1.0, 0.5], seed=60), 0)
     update = worker.weight_update()
@@ -119,7 +119,7 @@ def test_engine_merges_into_the_trainers_frozen_base_and_generates_the_same():
     worker's frozen base tensors instead of a copy, and generates what an engine with its own
     copy generates after every update; the trainer's base is never written. Tensors that are not
     the engine's current values (another model, an update already applied) are refused."""
-    ps = build_policies(make_cfg(lora=True, dtype="bfloat16"), ["solo"])
+    ps = build_policy_set(make_cfg(lora=True, dtype="bfloat16"), ["solo"])
     worker = ps.workers["shared"]
     base = worker.frozen_base_weights()
     assert base and all(k.endswith(".weight") and "lora" not in k and "base_layer" not in k for k in base)
@@ -151,5 +151,5 @@ def test_engine_merges_into_the_trainers_frozen_base_and_generates_the_same():
     fresh = HFEngine({"shared": TINY}, dtype="bfloat16")
     fresh.update_weights(update)
     assert fresh.share_base("shared", {k: v + 1 for k, v in base.items()}) == 0
-    full = build_policies(make_cfg(), ["solo"]).workers["shared"]
+    full = build_policy_set(make_cfg(), ["solo"]).workers["shared"]
     assert full.frozen_base_weights() == {}  # full fine-tuning: its weights train

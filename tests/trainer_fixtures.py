@@ -79,7 +79,7 @@ def trainer_cfg(tmp_path: Path, *overrides: str, config: str = "tiny_test"):
     if not (data_root / ENV_NAME / "train.parquet").exists():
         write_dataset(data_root)
     base = [f"env.name={ENV_NAME}", f"env.data={ENV_NAME}", f"env.data_root={data_root}",
-            "~env.options", "env.max_turns=1", f"trainer.output_dir={tmp_path / 'outputs'}", "trainer.progress_bar=false"]
+            "~env.options", "env.max_turns=1", f"trainer.output_dir={tmp_path / 'outputs'}", "trainer.logging.progress_bar=false"]
     return load_config(config, base + list(overrides))
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from pettingllms.algorithms.config_access import cfg_get
+from pettingllms.config.schema import AlgorithmConfig
 from pettingllms.records import Sample
 
 ESTIMATORS = ("grpo", "agent_norm", "mean_only")
@@ -55,10 +55,10 @@ def unbiased_std(xs: Sequence[float]) -> float:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def compute_advantages(samples: Sequence[Sample], cfg: Any) -> None:
-    """Set `.advantage` on every sample; `cfg` is the `algorithm` config."""
-    name = str(cfg_get(cfg, "advantage", "grpo") or "grpo")
-    eps = float(cfg_get(cfg, "eps", 1e-6) or 0.0)
+def compute_advantages(samples: Sequence[Sample], algo: AlgorithmConfig) -> None:
+    """Set `.advantage` on every sample (`algo`: the estimator and its eps)."""
+    name = str(algo.advantage)
+    eps = float(algo.eps)
     if name not in ESTIMATORS:
         raise ValueError(f"unknown algorithm.advantage '{name}'; choose from {list(ESTIMATORS)}")
     for s in samples:

@@ -8,17 +8,14 @@ same objective. tests/test_loss.py checks this against verl where installed.
 """
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
-from pettingllms.algorithms.config_access import cfg_get
-from pettingllms.config import AlgorithmConfig
+from pettingllms.config.schema import AlgorithmConfig
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 _LOG_RATIO_CLAMP = 20.0  # as verl: keeps exp() finite for wildly off-policy tokens
 _KL_CLAMP = 10.0
-_DEFAULTS = AlgorithmConfig()  # fields missing from a partial cfg take the schema's defaults
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -61,12 +58,12 @@ def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tens
 
 
 def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-             mask: torch.Tensor, cfg: Any, ref_logprobs: torch.Tensor | None = None,
+             mask: torch.Tensor, algo: AlgorithmConfig, ref_logprobs: torch.Tensor | None = None,
              entropy: torch.Tensor | None = None, *, global_tokens: float | None = None,
              global_seqs: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped PPO loss over [B, T] tensors; `advantages` may be [B] (one per sequence).
 
-    `cfg` is the `algorithm` config (clip_low, clip_high, dual_clip_c, kl_coef,
+    `algo` is the `algorithm` block (clip_low, clip_high, dual_clip_c, kl_coef,
     entropy_coef, loss_agg). Dual clip bounds the loss of negative-advantage
     tokens at -A * dual_clip_c however large the ratio grows; None disables it.
     Returns the scalar loss and float metrics computed on this call's tokens.
@@ -78,12 +75,12 @@ def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
     if old_logprobs.shape != logprobs.shape or mask.shape != logprobs.shape:
         raise ValueError(f"shape mismatch: logprobs {tuple(logprobs.shape)}, old_logprobs "
                          f"{tuple(old_logprobs.shape)}, mask {tuple(mask.shape)}")
-    clip_low = float(cfg_get(cfg, "clip_low", _DEFAULTS.clip_low))
-    clip_high = float(cfg_get(cfg, "clip_high", _DEFAULTS.clip_high))
-    dual_clip_c = cfg_get(cfg, "dual_clip_c", _DEFAULTS.dual_clip_c)
-    kl_coef = float(cfg_get(cfg, "kl_coef", _DEFAULTS.kl_coef))
-    entropy_coef = float(cfg_get(cfg, "entropy_coef", _DEFAULTS.entropy_coef))
-    mode = str(cfg_get(cfg, "loss_agg", _DEFAULTS.loss_agg))
+    clip_low = float(algo.clip_low)
+    clip_high = float(algo.clip_high)
+    dual_clip_c = algo.dual_clip_c
+    kl_coef = float(algo.kl_coef)
+    entropy_coef = float(algo.entropy_coef)
+    mode = str(algo.loss_agg)
     if dual_clip_c is not None and float(dual_clip_c) <= 1.0:
         raise ValueError(f"algorithm.dual_clip_c must be > 1 (or null to disable), got {dual_clip_c}")
 

@@ -12,8 +12,16 @@ after a pre-flight that Hydra cannot do for us:
 * the run folder defaults to `<trainer.output_dir>/<experiment>/<run>/` (Hydra's run dir;
   a sweep's jobs go to `<sweep dir>/<job number>/`), so resume keeps finding its folder.
 
-Kept from before: `--config-name/-cn`, `--config-dir/-cd` (replaces `configs/`), `--dry-run`
-(prints each job's validated config with every schema default filled in) and `--help`.
+`--config-dir/-cd DIR` and `hydra.searchpath=[file:///abs/dir,pkg://module/dir]` (an override
+or the primary config's `hydra:` block) add folders to the config search path, as in Hydra:
+the primary config and `group=option` files may come from them or from `configs/`. The
+`--config-dir` folder is searched first, so its files shadow ours (Hydra 1.3 itself would put
+it after the main config path: here it becomes hydra.main's config_path and `configs/` is
+passed as Hydra's --config-dir); `hydra.searchpath` entries follow `configs/`, as in Hydra.
+The pre-flight composes with the same search path (`config_loading.SearchPath`).
+
+Kept from before: `--config-name/-cn`, `--dry-run` (prints each job's validated config with
+every schema default filled in) and `--help`.
 """
 from __future__ import annotations
 
@@ -25,9 +33,10 @@ from typing import Callable, Sequence
 
 from omegaconf import DictConfig
 
-from pettingllms.cli.config_loading import (CONFIG_GROUPS, config_dir, experiment_names, group_options,
-                                            load_config, to_yaml)
-from pettingllms.config import ConfigError, validate
+from pettingllms.cli.config_loading import (CONFIG_GROUPS, SearchPath, experiment_names, group_options,
+                                            load_config, quote, search_path, to_yaml)
+from pettingllms.config.validate import validate
+from pettingllms.errors import ConfigError
 
 EXIT_CONFIG_ERROR = 2
 MAX_PREFLIGHT_JOBS = 256  # a bigger sweep is checked on its first jobs; each job validates again
@@ -49,7 +58,7 @@ class JobInfo:
 @dataclass
 class Command:
     config_name: str
-    config_dir: Path | None
+    config_dir: Path | None  # --config-dir: added to the search path, ahead of configs/
     hydra_flags: list[str]
     overrides: list[str]
     dry_run: bool = False
@@ -106,15 +115,17 @@ def split_argv(argv: Sequence[str], default_config: str) -> Command:
     return cmd
 
 
-def usage(prog: str, default_config: str, what: str) -> str:
-    cdir = config_dir()
-    groups = "\n".join(f"    {g}: {', '.join(group_options(g, cdir)) or '(none)'}" for g in CONFIG_GROUPS)
+def usage(prog: str, default_config: str, what: str, sp: SearchPath | None = None) -> str:
+    sp = sp or search_path(default_config)
+    groups = "\n".join(f"    {g}: {', '.join(group_options(g, sp)) or '(none)'}" for g in CONFIG_GROUPS)
     return (
         f"usage: python -m {prog} [--config-name NAME] [--config-dir DIR] [--dry-run] [-m] [key=value ...]\n\n"
         f"{what}\n\n"
         f"options:\n"
-        f"  --config-name, -cn NAME  experiment config in {cdir} (default: {default_config})\n"
-        f"  --config-dir, -cd DIR    another configs folder (replaces the one above)\n"
+        f"  --config-name, -cn NAME  experiment config in {', '.join(map(str, sp.primary_dirs))} "
+        f"(default: {default_config})\n"
+        f"  --config-dir, -cd DIR    add a configs folder to the search path, ahead of {sp.project}\n"
+        f"                           (its experiments, group options and shadowing files)\n"
         f"  --dry-run                print each job's validated config (all defaults filled in) and exit\n"
         f"  -m, --multirun           sweep: seed=0,1,2 algorithm=at_grpo,grpo (one job per combination)\n"
         f"  --cfg job|hydra|all      print Hydra's composed config and exit (--resolve to resolve it)\n"
@@ -122,10 +133,11 @@ def usage(prog: str, default_config: str, what: str) -> str:
         f"  --shell-completion, -sc  eval \"$(python -m {prog} -sc install=bash)\" for tab completion\n"
         f"  --hydra-help             Hydra's own help (launchers, sweepers, hydra.* settings)\n"
         f"  -h, --help               this help\n\n"
-        f"experiments: {', '.join(experiment_names(cdir))}\n"
+        f"experiments: {', '.join(experiment_names(sp))}\n"
         f"config groups (pick with group=option, e.g. env=sudoku):\n{groups}\n"
         f"any field is set with dotted keys, e.g. trainer.total_steps=5 rollout.k=8 seed=1;\n"
         f"~key restores a field's default; hydra.run.dir=DIR / hydra.sweep.dir=DIR place the run;\n"
+        f"hydra.searchpath=[file:///abs/dir,pkg://module/dir] adds config folders after {sp.project.name}/;\n"
         f"hydra/launcher=joblib runs a sweep's jobs in parallel processes.\n")
 
 
@@ -173,19 +185,31 @@ def hydra_overrides(overrides: Sequence[str]) -> list[str]:
     return out
 
 
+def _key(override: str) -> str:
+    return override.lstrip("+").split("=", 1)[0]
+
+
 def _user_set(overrides: Sequence[str], key: str) -> bool:
-    return any(o.lstrip("+").split("=", 1)[0] == key for o in overrides)
+    return any(_key(o) == key for o in overrides)
 
 
-def _quote(path: Path | str) -> str:
-    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+def command_search_path(cmd: Command) -> SearchPath:
+    """--config-dir, configs/ and the hydra.searchpath override's entries (Hydra takes the first one)."""
+    given = [o for o in cmd.overrides if _key(o) == "hydra.searchpath"]
+    entries = _parse(given[:1])[0].value() if given else None
+    return search_path(cmd.config_name, cmd.config_dir, entries)
+
+
+def with_search_path(overrides: Sequence[str], sp: SearchPath) -> list[str]:
+    """The user's hydra.searchpath replaced by the resolved one the pre-flight composed with."""
+    return [o for o in overrides if _key(o) != "hydra.searchpath"] + sp.searchpath_overrides()
 
 
 def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list[str]:
     """hydra.run.dir / hydra.sweep.dir settings, unless the command sets them.
 
     train: `<output_dir>/<experiment>/<run>` where <run> is trainer.run_name or a fresh
-    timestamp (the folder a checkpoint to resume lives in, for trainer.resume=PATH);
+    timestamp (the folder a checkpoint to resume lives in, for trainer.checkpoint.resume=PATH);
     evaluate (and the demo entry points): `<output_dir>/<experiment>/<kind>/<timestamp>`. A sweep's jobs are numbered
     folders inside, so they never share one.
     """
@@ -202,7 +226,7 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
             root = experiment_dir / first.trainer.run_name if first.trainer.run_name else fresh_dir(experiment_dir)
         else:
             root = default_run_folder(first)
-        out.append(f"{key}={_quote(root)}")
+        out.append(f"{key}={quote(root)}")
     if cmd.multirun and not _user_set(cmd.overrides, "hydra.sweep.subdir"):
         out.append("hydra.sweep.subdir=${hydra.job.num}")
     return out
@@ -212,9 +236,9 @@ def check_resume_folder(cmd: Command, cfgs: list[DictConfig]) -> None:
     """resume=auto needs a folder that a rerun finds again: a run name or an explicit dir."""
     placed = _user_set(cmd.overrides, "hydra.sweep.dir" if cmd.multirun else "hydra.run.dir")
     for cfg in cfgs:
-        if str(cfg.trainer.resume) == "auto" and not cfg.trainer.run_name and not placed:
-            raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name or "
-                              "hydra.run.dir (or pass trainer.resume=PATH to a checkpoint folder)")
+        if str(cfg.trainer.checkpoint.resume) == "auto" and not cfg.trainer.run_name and not placed:
+            raise ConfigError("trainer.checkpoint.resume=auto needs a stable run folder: set trainer.run_name or "
+                              "hydra.run.dir (or pass trainer.checkpoint.resume=PATH to a checkpoint folder)")
 
 
 # ---------------------------------------------------------------------- entry
@@ -224,26 +248,27 @@ def run_main(argv: Sequence[str] | None, *, prog: str, default_config: str, what
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cmd = split_argv(argv, default_config)
+        sp = command_search_path(cmd)
         if cmd.help:
-            print(usage(prog, default_config, what))
+            print(usage(prog, default_config, what, sp))
             return 0
-        cdir = cmd.config_dir or config_dir()
         passthrough = cmd.has_flag("--shell-completion", "-sc", "--info", "-i", "--hydra-help", "--version")
         extra: list[str] = []
         if not passthrough:
-            cfgs = [load_config(cmd.config_name, job, cdir) for job in expand_jobs(cmd.overrides, cmd.multirun)]
+            cfgs = [load_config(cmd.config_name, job, sp) for job in expand_jobs(cmd.overrides, cmd.multirun)]
             if cmd.dry_run:
                 print("\n---\n".join(to_yaml(c) for c in cfgs), end="")
                 return 0
             if kind == "train":
                 check_resume_folder(cmd, cfgs)
             extra = default_output_dirs(cmd, cfgs, kind)
-        overrides = cmd.overrides if passthrough else hydra_overrides(cmd.overrides)
+        overrides = with_search_path(cmd.overrides if passthrough else hydra_overrides(cmd.overrides), sp)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    hydra_argv = cmd.hydra_flags + [f"hydra.job.name={prog.rsplit('.', 1)[-1]}"] + extra + overrides
-    return _run_hydra(prog, cdir, cmd.config_name, hydra_argv, Task(body))
+    ours = ["--config-dir", str(sp.hydra_config_dir)] if sp.hydra_config_dir else []  # see SearchPath.main
+    hydra_argv = cmd.hydra_flags + ours + [f"hydra.job.name={prog.rsplit('.', 1)[-1]}"] + extra + overrides
+    return _run_hydra(prog, sp.main, cmd.config_name, hydra_argv, Task(body))
 
 
 class Task:

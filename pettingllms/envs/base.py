@@ -77,10 +77,3 @@ def register_env(name: str) -> Callable[[type], type]:
         cls.name = name
         return cls
     return deco
-
-
-def make_env(name: str, **options: Any) -> MultiAgentEnv:
-    import pettingllms.envs  # noqa: F401  (registers the built-in envs)
-    if name not in ENV_REGISTRY:
-        raise KeyError(f"unknown env '{name}'; known: {sorted(ENV_REGISTRY)}")
-    return ENV_REGISTRY[name](**options)

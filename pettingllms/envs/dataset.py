@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

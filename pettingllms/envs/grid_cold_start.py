@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from pettingllms.envs.grid_common import GridTaskEnv
+from pettingllms.envs.grid.env import GridTaskEnv
 
 SOURCE = "reference_solver"
 

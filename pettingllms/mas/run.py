@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 from omegaconf import OmegaConf
 
-from pettingllms.config import ConfigError, MasConfig
+from pettingllms.config.schema import MasConfig
+from pettingllms.errors import ConfigError
 from pettingllms.envs.programs import extract_program
 from pettingllms.mas.budgets import MasBudgets
 from pettingllms.mas.executor import DesignJob, ExecutionResult, run_designs

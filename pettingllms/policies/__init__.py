@@ -1,9 +1,9 @@
 """Policies: the agent -> policy map (L1 / L2 / L3 / mixed) and one PolicyWorker per policy.
 
-    policies = build_policies(cfg, env.agents)
+    policies = build_policies(mapping, settings, env.agents)   # see trainer/assemble.py
     policies.agent_policy          # {"tool": "shared", "reasoner": "shared"}
     policies.set_step(step)        # apply trainer.phases (freeze / unfreeze)
-    metrics = policies.update(samples, step)   # routes each sample to its agent's policy
+    parts = policies.split(samples)   # each sample to its agent's policy
     for name, w in policies.workers.items(): engine.update_weights(w.weight_update())
     policies.release()             # offload idle policies (policy.offload: true)
 """
@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from pettingllms.policies.mapping import (PolicyPlan, PolicySpec, SHARED_POLICY, resolve_policies,
+from pettingllms.policies.mapping import (MappingConfig, PolicyPlan, PolicySpec, SHARED_POLICY, resolve_policies,
                                           trainable_policies)
+from pettingllms.policies.settings import WorkerSettings
 from pettingllms.records import Sample
 
-__all__ = ["PolicySet", "PolicySpec", "PolicyPlan", "SHARED_POLICY", "build_policies",
-           "resolve_policies", "trainable_policies"]
+__all__ = ["MappingConfig", "PolicySet", "PolicySpec", "PolicyPlan", "SHARED_POLICY", "WorkerSettings",
+           "build_policies", "resolve_policies", "trainable_policies"]
 
 
 @dataclass
@@ -47,11 +48,6 @@ class PolicySet:
             out[self.agent_policy[s.agent]].append(s)
         return out
 
-    def update(self, samples: Sequence[Sample], step: int) -> dict[str, dict[str, float]]:
-        """Apply the phase schedule, then update every policy on its own agents' samples."""
-        self.set_step(step)
-        return {name: self.workers[name].update(part, step) for name, part in self.split(samples).items()}
-
     def release(self) -> None:
         for w in self.workers.values():
             w.release()
@@ -69,13 +65,15 @@ class PolicySet:
             w.close()
 
 
-def build_policies(cfg: Any, agents: Sequence[str]) -> PolicySet:
+def build_policies(mapping: MappingConfig, settings: WorkerSettings, agents: Sequence[str]) -> PolicySet:
     """Resolve the mapping and build the workers; LoRA policies on one base share one model."""
+    import torch
+
     from pettingllms.policies.lora import SharedLoraBase
-    from pettingllms.policies.worker import PolicyWorker, config_device, load_model
+    from pettingllms.policies.worker import PolicyWorker, load_model
     from pettingllms.utils.models import torch_dtype
 
-    plan = resolve_policies(cfg, agents)
+    plan = resolve_policies(mapping, agents)
     shared_bases: dict[str, SharedLoraBase] = {}
     workers = {}
     for name, spec in plan.specs.items():
@@ -83,9 +81,8 @@ def build_policies(cfg: Any, agents: Sequence[str]) -> PolicySet:
         if spec.is_lora and spec.model_key.startswith("lora-base:"):
             lora_base = shared_bases.get(spec.model_key)
             if lora_base is None:
-                base = load_model(spec.base, torch_dtype(cfg.model.dtype), config_device(cfg))
-                lora_base = SharedLoraBase(base, spec.base, torch_dtype(cfg.model.train_dtype))
+                base = load_model(spec.base, torch_dtype(settings.dtype), torch.device(settings.device))
+                lora_base = SharedLoraBase(base, spec.base, torch_dtype(settings.train_dtype))
                 shared_bases[spec.model_key] = lora_base
-        workers[name] = PolicyWorker(spec, cfg, lora_base=lora_base)
-    phases = list(getattr(cfg.trainer, "phases", None) or [])
-    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=phases)
+        workers[name] = PolicyWorker(spec, settings, lora_base=lora_base)
+    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=list(mapping.phases))

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from pettingllms.config import LoraConfig
+from pettingllms.config.schema import LoraConfig
 from pettingllms.rollout.engines.weights import (ADAPTER_WEIGHTS, LoraFactor, WeightUpdate, plain_peft_config,
                                                  write_adapter)
 

@@ -7,21 +7,34 @@ L1, L2 and L3 are just three mappings:
 - explicit `policies` + `agents` maps give any mix (two agents on one policy, a
   third on its own; bases may differ).
 
-Unset per-policy fields fall back to `model.*` and `trainer.*`. Every spec gets a
+Unset per-policy fields fall back to `model.*` and `trainer.optim.*`. Every spec gets a
 `model_key`: LoRA policies with the same key share one base model in memory (one
 peft model, one named adapter each); a full fine-tuned policy always owns its model.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError, LoraConfig
+from pettingllms.config.schema import (LoraConfig, ModelConfig, OptimConfig, PhaseConfig, PolicyConfig,
+                                       RoleLrConfig)
+from pettingllms.errors import ConfigError
 
 SHARED_POLICY = "shared"
 AGENT_MODES = ("explicit", "per_agent_lora", "per_agent_model")
+
+
+@dataclass(frozen=True)
+class MappingConfig:
+    """The blocks the agent -> policy map reads (`trainer.assemble.mapping_config` builds it)."""
+    policies: Mapping[str, Optional[PolicyConfig]] = field(default_factory=dict)  # `policies`
+    agents: Mapping[str, str] = field(default_factory=dict)  # `agents`: agent -> policy
+    agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
+    model: ModelConfig = field(default_factory=ModelConfig)  # base path and LoRA defaults
+    optim: OptimConfig = field(default_factory=OptimConfig)  # lr / weight_decay defaults
+    phases: Sequence[PhaseConfig] = ()  # trainer.phases
 
 
 @dataclass
@@ -68,30 +81,18 @@ def _lora_from(node: Any) -> LoraConfig:
     return LoraConfig(**d)
 
 
-def _get(node: Any, key: str, default: Any = None) -> Any:
-    if node is None:
-        return default
-    if isinstance(node, dict):
-        return node.get(key, default)
-    return getattr(node, key, default)
-
-
-def _spec(name: str, pcfg: Any, cfg: Any, force_lora: bool = False) -> PolicySpec:
-    model, trainer = cfg.model, cfg.trainer
-    base = _get(pcfg, "base") or model.path
-    lora_node = _get(pcfg, "lora")
-    lora = _lora_from(lora_node if lora_node is not None else model.lora)
+def _spec(name: str, pcfg: Optional[PolicyConfig], cfg: MappingConfig, force_lora: bool = False) -> PolicySpec:
+    pcfg = pcfg if pcfg is not None else PolicyConfig()
+    lora = _lora_from(pcfg.lora if pcfg.lora is not None else cfg.model.lora)
     if force_lora:
         lora.enabled = True
-    lr = _get(pcfg, "lr")
-    wd = _get(pcfg, "weight_decay")
     spec = PolicySpec(
         name=name,
-        base=str(base),
+        base=str(pcfg.base or cfg.model.path),
         lora=lora if lora.enabled else None,
-        lr=float(trainer.lr if lr is None else lr),
-        weight_decay=float(trainer.weight_decay if wd is None else wd),
-        offload=bool(_get(pcfg, "offload", False)),
+        lr=float(cfg.optim.lr if pcfg.lr is None else pcfg.lr),
+        weight_decay=float(cfg.optim.weight_decay if pcfg.weight_decay is None else pcfg.weight_decay),
+        offload=bool(pcfg.offload),
     )
     if spec.lr < 0 or spec.weight_decay < 0:
         raise ConfigError(f"policy '{name}': lr and weight_decay must be >= 0")
@@ -100,18 +101,18 @@ def _spec(name: str, pcfg: Any, cfg: Any, force_lora: bool = False) -> PolicySpe
     return spec
 
 
-def resolve_policies(cfg: Any, agents: Iterable[str]) -> PolicyPlan:
+def resolve_policies(cfg: MappingConfig, agents: Iterable[str]) -> PolicyPlan:
     """Map the env's `agents` (turn order) to policy specs; raise ConfigError on any gap."""
     agents = list(agents)
     if not agents:
         raise ConfigError("the env has no agents to map to policies")
     if len(set(agents)) != len(agents):
         raise ConfigError(f"duplicate agent names in env: {agents}")
-    mode = str(_get(cfg, "agents_mode", "explicit"))
+    mode = str(cfg.agents_mode)
     if mode not in AGENT_MODES:
         raise ConfigError(f"agents_mode must be one of {AGENT_MODES}, got '{mode}'")
-    policies_cfg = dict(_get(cfg, "policies") or {})
-    agent_map = {str(k): str(v) for k, v in dict(_get(cfg, "agents") or {}).items()}
+    policies_cfg = {str(k): v for k, v in dict(cfg.policies or {}).items()}
+    agent_map = {str(k): str(v) for k, v in dict(cfg.agents or {}).items()}
 
     if mode == "explicit":
         specs, agent_policy = _explicit(cfg, agents, policies_cfg, agent_map)
@@ -185,12 +186,11 @@ def _assign_model_keys(specs: dict[str, PolicySpec], per_agent_model: bool) -> N
         s.model_key = f"lora-base:{s.base}" if shared else f"own:{s.name}"
 
 
-def _check_phases(cfg: Any, specs: dict[str, PolicySpec]) -> None:
-    phases = list(_get(_get(cfg, "trainer"), "phases") or [])
+def _check_phases(cfg: MappingConfig, specs: dict[str, PolicySpec]) -> None:
     last = None
-    for i, ph in enumerate(phases):
-        start = int(_get(ph, "start_step", 0))
-        names = list(_get(ph, "train_policies") or [])
+    for i, ph in enumerate(cfg.phases):
+        start = int(ph.start_step)
+        names = list(ph.train_policies or [])
         unknown = sorted(set(names) - set(specs))
         if unknown:
             raise ConfigError(f"trainer.phases[{i}] names unknown policies {unknown} (known: {sorted(specs)})")
@@ -199,30 +199,30 @@ def _check_phases(cfg: Any, specs: dict[str, PolicySpec]) -> None:
         last = start
 
 
-def trainable_policies(phases: Any, step: int, names: Iterable[str]) -> set[str]:
+def trainable_policies(phases: Sequence[PhaseConfig], step: int, names: Iterable[str]) -> set[str]:
     """Which policies train at `step`: the latest phase with start_step <= step decides;
     an empty `train_policies` (or no phase yet) means all of them."""
     names = list(names)
     chosen = None
     for ph in list(phases or []):
-        if int(_get(ph, "start_step", 0)) <= step:
+        if int(ph.start_step) <= step:
             chosen = ph
     if chosen is None:
         return set(names)
-    wanted = list(_get(chosen, "train_policies") or [])
+    wanted = list(chosen.train_policies or [])
     return set(wanted) if wanted else set(names)
 
 
-def role_lrs_at(role_lr: Any, step: int) -> dict[str, float] | None:
+def role_lrs_at(role_lr: RoleLrConfig, step: int) -> dict[str, float] | None:
     """trainer.role_lr at `step` (numbered from 1): agent -> lr, or None when unset.
 
     Period p = (step - 1) // swap_every rotates the configured rates p places along the listed
     agents, so with two agents they swap every `swap_every` steps.
     """
-    lrs = dict(_get(role_lr, "lrs") or {})
+    lrs = dict(role_lr.lrs or {})
     if not lrs:
         return None
     agents, rates = list(lrs), [float(v) for v in lrs.values()]
-    every = int(_get(role_lr, "swap_every", 0) or 0)
+    every = int(role_lr.swap_every or 0)
     shift = ((int(step) - 1) // every) % len(agents) if every > 0 else 0
     return {a: rates[(i - shift) % len(agents)] for i, a in enumerate(agents)}

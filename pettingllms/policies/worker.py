@@ -14,115 +14,48 @@ trainer calls `release()` once the engine has the new weights.
 from __future__ import annotations
 
 import gc
-import json
 import logging
-import math
 import shutil
 import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from pettingllms.algorithms.loss import ppo_loss, sft_nll_loss
+from pettingllms.policies.checkpoint_io import load_worker_state, save_worker_state
 from pettingllms.policies.logprobs import at_least_fp32, pack, response_logprobs
 from pettingllms.policies.lora import SharedLoraBase
 from pettingllms.policies.mapping import PolicySpec
+from pettingllms.policies.settings import WorkerSettings
+from pettingllms.policies.training import (BATCH_LOSSES, ROLE_KEYS, adamw_kernel, check_samples, combine_reports,
+                                           lr_lambda, mini_batch_plan)
 from pettingllms.records import Sample
 from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
 from pettingllms.utils.models import load_causal_lm, resolve_device, torch_dtype
 
 log = logging.getLogger(__name__)
 
-_ROLE_KEYS = ("loss", "grad_norm", "num_samples")  # also reported per role under trainer.role_lr
-_SUMMED = ("num_samples", "num_tokens", "tokens_run", "zero_advantage_skipped", "optimizer_steps", "update_s",
-           "logprob_s")
-# Loss terms that are exact over the whole batch even when zero-advantage samples are not run
-# (theirs is 0); the other loss metrics are means over the tokens that ran.
-_BATCH_LOSSES = ("loss", "pg_loss")
-
-
-def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
-    """One report for several per-role passes: counts and times add up, the rest is averaged."""
-    keys = {k for p in parts for k in p}
-    return {k: (sum if k in _SUMMED else (lambda xs: sum(xs) / len(xs)))([p[k] for p in parts if k in p])
-            for k in keys}
-
-
-def config_device(cfg: Any) -> torch.device:
-    trainer = getattr(cfg, "trainer", None)
-    return resolve_device(str(getattr(trainer, "device", "auto") or "auto"))
-
 
 def load_model(path: str, dtype: torch.dtype, device: torch.device | None = None) -> torch.nn.Module:
     return load_causal_lm(path, dtype, device=str(device or resolve_device("auto")))
 
 
-def lr_lambda(warmup_steps: int, total_steps: int, min_lr_ratio: float, schedule: str):
-    """Linear warmup then cosine decay to min_lr_ratio (or constant), per policy update."""
-    def f(s: int) -> float:
-        if warmup_steps > 0 and s < warmup_steps:
-            return (s + 1) / warmup_steps
-        if schedule == "constant":
-            return 1.0
-        span = max(1, total_steps - warmup_steps)
-        progress = min(1.0, max(0.0, (s - warmup_steps) / span))
-        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    if schedule not in ("cosine", "constant"):
-        raise ValueError(f"trainer.lr_schedule must be cosine or constant, got '{schedule}'")
-    return f
-
-
-def adamw_kernel(params: Sequence[Tensor]) -> dict[str, bool]:
-    """AdamW's fused kernel where torch has one for these tensors (CPU and CUDA floats): one pass
-    over weight, grad and both moments instead of about ten per tensor, the bulk of a full
-    fine-tuning optimizer step on CPU. The update is the same formula; only rounding order differs."""
-    ok = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    return {"fused": True} if ok and params else {}
-
-
-def check_samples(spec: PolicySpec, algo: Any, samples: Sequence[Sample]) -> None:
-    """Samples a policy may train on: its own agents, engine logprobs when asked for, finite advantages."""
-    mine = set(spec.agents)
-    for s in samples:
-        if mine and s.agent not in mine:
-            raise ValueError(f"policy '{spec.name}' got a sample of agent '{s.agent}'; it trains only "
-                             f"on its own agents {sorted(mine)}")
-        if len(s.logprobs) != len(s.response_ids) and str(algo.old_logprobs) == "engine":
-            raise ValueError(f"sample of agent '{s.agent}' has {len(s.logprobs)} engine logprobs for "
-                             f"{len(s.response_ids)} response tokens")
-        if not math.isfinite(float(s.advantage)):
-            raise ValueError(f"sample of agent '{s.agent}' has a non-finite advantage {s.advantage}")
-
-
-def mini_batch_plan(n: int, algo: Any, seed: int, step: int) -> list[list[int]]:
-    """Sample indices of each optimizer step of one update: ppo_epochs x mini_batches, each epoch a
-    fresh seeded permutation dealt round-robin. Every backend trains on exactly these mini-batches."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + int(step))
-    n_mini = max(1, min(int(algo.mini_batches), n))
-    plan = []
-    for _ in range(max(1, int(algo.ppo_epochs))):
-        perm = torch.randperm(n, generator=gen).tolist()
-        plan += [perm[i::n_mini] for i in range(n_mini)]
-    return plan
-
-
 class PolicyWorker:
     """One policy. LoRA workers on the same base share `lora_base` (L2)."""
 
-    def __init__(self, spec: PolicySpec, cfg: Any, lora_base: Optional[SharedLoraBase] = None,
-                 device: Optional[torch.device] = None):
-        self.spec, self.cfg, self.name = spec, cfg, spec.name
+    def __init__(self, spec: PolicySpec, settings: WorkerSettings, lora_base: Optional[SharedLoraBase] = None):
+        self.spec, self.settings, self.name = spec, settings, spec.name
         self.trainable = True
-        self.device = device or config_device(cfg)
-        self.dtype = torch_dtype(cfg.model.dtype)
-        self.train_dtype = torch_dtype(cfg.model.train_dtype)
-        self.algo, self.trainer = cfg.algorithm, cfg.trainer
-        self.seed = int(cfg.seed)
-        temp = float(cfg.rollout.sampling.temperature)
+        self.device = torch.device(settings.device)
+        self.dtype = torch_dtype(settings.dtype)
+        self.train_dtype = torch_dtype(settings.train_dtype)
+        self.algo, self.optim = settings.algorithm, settings.optim
+        self.seed = int(settings.seed)
+        temp = float(settings.temperature)
         self.temperature = temp if temp > 0 else 1.0  # logprobs under the sampling distribution
         self.autocast = self.dtype in (torch.bfloat16, torch.float16)
         self.updates = 0  # update() calls that trained (drives the LR schedule)
@@ -161,16 +94,16 @@ class PolicyWorker:
             for module in self.model.modules():
                 if hasattr(module, "cast_input_dtype_enabled"):
                     module.cast_input_dtype_enabled = False
-        if self.cfg.model.gradient_checkpointing:
+        if self.settings.gradient_checkpointing:
             target = self.model.get_base_model() if self.spec.is_lora else self.model
             target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._params = params
         self.optimizer = torch.optim.AdamW(
-            params, lr=self.spec.lr, betas=tuple(float(b) for b in self.trainer.betas),
+            params, lr=self.spec.lr, betas=tuple(float(b) for b in self.optim.betas),
             weight_decay=self.spec.weight_decay, eps=1e-8, **adamw_kernel(params))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(
-            int(self.trainer.warmup_steps), int(self.trainer.total_steps),
-            float(self.trainer.min_lr_ratio), str(self.trainer.lr_schedule)))
+            int(self.optim.warmup_steps), int(self.settings.total_steps),
+            float(self.optim.min_lr_ratio), str(self.optim.lr_schedule)))
 
     @property
     def loaded(self) -> bool:
@@ -226,12 +159,12 @@ class PolicyWorker:
     def _share_prompts(self) -> bool:
         # K candidates of one prompt run the prompt once (logprobs.SharedPrompts). Gradient
         # checkpointing turns the KV cache off in training, so it keeps the plain rows.
-        return not self.cfg.model.gradient_checkpointing
+        return not self.settings.gradient_checkpointing
 
     def _forward(self, samples: Sequence[Sample], with_entropy: bool = False, model=None):
         batch = pack(samples, self._pad_id(), share=self._share_prompts())
         with self._autocast():
-            lp, ent = response_logprobs(model or self.model, batch, int(self.trainer.logprob_chunk),
+            lp, ent = response_logprobs(model or self.model, batch, int(self.settings.logprob_chunk),
                                         self.temperature, with_entropy)
         return batch, lp, ent
 
@@ -240,7 +173,7 @@ class PolicyWorker:
         """Per-sample [R] logprobs, no grad, eval mode, micro-batched."""
         self._activate(train=False)
         rows: list[Tensor] = []
-        mb = max(1, int(self.trainer.micro_batch_size))
+        mb = max(1, int(self.settings.micro_batch_size))
         for i in range(0, len(samples), mb):
             chunk = samples[i: i + mb]
             if reference and self.spec.is_lora:
@@ -364,7 +297,7 @@ class PolicyWorker:
                                              len(samples[i].response_ids)))
         else:
             idx = sorted(idx, key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
-        mb = max(1, int(self.trainer.micro_batch_size))
+        mb = max(1, int(self.settings.micro_batch_size))
         return [idx[i: i + mb] for i in range(0, len(idx), mb)]
 
     def update(self, samples: Sequence[Sample], step: int,
@@ -400,8 +333,8 @@ class PolicyWorker:
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr * factor
                 parts.append(self._train(part, step))
-                metrics.update({f"{agent}/{k}": parts[-1][k] for k in _ROLE_KEYS})
-            metrics.update(_combine(parts))
+                metrics.update({f"{agent}/{k}": parts[-1][k] for k in ROLE_KEYS})
+            metrics.update(combine_reports(parts))
         self.scheduler.step()  # also puts the scheduled (unscaled) lr back
         self.updates += 1
         return metrics
@@ -443,14 +376,14 @@ class PolicyWorker:
             if not micros:  # every advantage 0: the step still runs, on zero gradients (Adam's moments decay)
                 for p in self._params:
                     p.grad = torch.zeros_like(p)
-            clip = float(self.trainer.grad_clip)
+            clip = float(self.optim.grad_clip)
             norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
             grad_norms.append(float(norm))
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         n_steps = len(grad_norms)
-        metrics.update({k: v / (n_steps if k in _BATCH_LOSSES else ran[k]) for k, v in sums.items()})
-        for k in _BATCH_LOSSES:
+        metrics.update({k: v / (n_steps if k in BATCH_LOSSES else ran[k]) for k, v in sums.items()})
+        for k in BATCH_LOSSES:
             metrics.setdefault(k, 0.0)
         if mismatch[2]:
             metrics["old_logprob_mismatch_mean"] = mismatch[0] / mismatch[2]
@@ -477,13 +410,13 @@ class PolicyWorker:
         for micro in self._micro_batches(list(range(len(samples))), samples):
             batch = pack([samples[i] for i in micro], self._pad_id())
             with self._autocast():
-                lp, _ = response_logprobs(self.model, batch, int(self.trainer.logprob_chunk), 1.0)
+                lp, _ = response_logprobs(self.model, batch, int(self.settings.logprob_chunk), 1.0)
             loss = sft_nll_loss(lp.float(), batch.mask.to(lp.device), total)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"policy '{self.name}': non-finite SFT loss {float(loss)}")
             loss.backward()
             nll += loss.item()
-        clip = float(self.trainer.grad_clip)
+        clip = float(self.optim.grad_clip)
         norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -523,84 +456,22 @@ class PolicyWorker:
     # ---------------------------------------------------------------- checkpoints
     def save(self, folder: str | Path) -> None:
         """HF folder (full FT, fp32 master) or peft adapter folder (LoRA), plus optimizer,
-        scheduler and a small meta file."""
+        scheduler and a small meta file (policies/checkpoint_io.py)."""
         self._ensure_loaded()
-        self._save_state(Path(folder))
-        if not self.spec.is_lora:  # make the model folder a complete HF folder
-            try:
-                from pettingllms.utils.models import load_tokenizer
-                load_tokenizer(self.spec.base).save_pretrained(str(Path(folder) / "model"))
-            except Exception as e:  # noqa: BLE001 - the weights are saved all the same
-                log.warning("policy %s: no tokenizer saved in %s (loading the tokenizer of %s "
-                            "failed: %s: %s); the folder holds the weights but is not a "
-                            "complete HF model folder", self.name, Path(folder) / "model",
-                            self.spec.base, type(e).__name__, str(e)[:200])
+        save_worker_state(self, Path(folder), with_tokenizer=True)
 
     def load(self, folder: str | Path, weights_only: bool = False) -> None:
-        """Resume from a saved policy; `weights_only` (trainer.init_from) takes its weights and
+        """Resume from a saved policy; `weights_only` (trainer.checkpoint.init_from) takes its weights and
         leaves the optimizer, LR schedule and update count fresh."""
         folder = Path(folder)
         if not (folder / "policy.json").exists():
             raise FileNotFoundError(f"no policy checkpoint at {folder}")
         self._ensure_loaded()
-        self._load_state(folder, weights_only)
+        load_worker_state(self, folder, weights_only)
 
     def _save_state(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        if self.spec.is_lora:
-            self._lora_base.save_adapter(self.name, folder / "adapter")
-        else:
-            self.model.save_pretrained(str(folder / "model"))
-        torch.save(self.optimizer.state_dict(), folder / "optimizer.pt")
-        torch.save(self.scheduler.state_dict(), folder / "scheduler.pt")
-        meta = {"name": self.name, "kind": "lora" if self.spec.is_lora else "full",
-                "base": self.spec.base, "updates": self.updates, "trainable": self.trainable}
-        (folder / "policy.json").write_text(json.dumps(meta, indent=1))
-
-    @torch.no_grad()
-    def _merge_adapter_from(self, adapter: Path) -> None:
-        """Set this full model's weights to its base with a saved peft adapter merged in."""
-        from peft import PeftModel
-
-        base = load_model(self.spec.base, self.train_dtype, self.device)
-        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
-        self.model.load_state_dict(merged.state_dict(), strict=False)
-
-    @staticmethod
-    def _is_tied(key: str, own: dict[str, Tensor], saved: dict[str, Tensor]) -> bool:
-        """A weight the checkpoint omits because it shares storage with one it has."""
-        ptr = own[key].data_ptr()
-        return any(k in saved and own[k].data_ptr() == ptr for k in own if k != key)
+        save_worker_state(self, folder)
 
     def _load_state(self, folder: Optional[Path], weights_only: bool = False) -> None:
-        if folder is None:
-            return
-        meta = json.loads((folder / "policy.json").read_text())
-        kind = "lora" if self.spec.is_lora else "full"
-        if weights_only and meta.get("kind") == "lora" and kind == "full":
-            self._merge_adapter_from(folder / "adapter")  # e.g. a LoRA cold start, full-FT RL
-            return
-        if meta.get("kind") != kind:
-            raise ValueError(f"checkpoint at {folder} is a {meta.get('kind')} policy; '{self.name}' is {kind}")
-        if self.spec.is_lora:
-            self._lora_base.load_adapter(self.name, folder / "adapter")
-        else:
-            from safetensors.torch import load_file
-            state = {}
-            for f in sorted((folder / "model").glob("*.safetensors")):
-                state.update(load_file(str(f)))
-            own = self.model.state_dict()
-            wrong = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
-            missing = [k for k in own if k not in state and not self._is_tied(k, own, state)]
-            unexpected = [k for k in state if k not in own]
-            if wrong or missing or unexpected:
-                raise ValueError(f"checkpoint at {folder} does not fit '{self.name}': shape mismatch "
-                                 f"{wrong[:3]}, missing {missing[:3]}, unexpected {unexpected[:3]}")
-            self.model.load_state_dict(state, strict=False)
-        if weights_only:  # trainer.init_from: fresh optimizer, schedule and update count
-            return
-        self.updates = int(meta.get("updates", 0))
-        if meta.get("backend") == "verl":  # its optimizer state is in verl's shards: weights only (evaluation)
-            return
-        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-        self.scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))
+        if folder is not None:
+            load_worker_state(self, folder, weights_only)

@@ -10,24 +10,48 @@ stepped. Samples of every agent that acted are kept, the final turn included.
 from __future__ import annotations
 
 import copy
-import hashlib
 import random
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from pettingllms.algorithms.config_access import cfg_get
-from pettingllms.algorithms.grouping import group_key, normalize_group_by
+from pettingllms.algorithms.grouping import DEFAULT_GROUP_BY, group_key, normalize_group_by
+from pettingllms.config.schema import AlgorithmConfig, MasConfig, RewardConfig, RolloutConfig
 from pettingllms.envs.base import MultiAgentEnv, StepResult
+from pettingllms.mas.budgets import MasBudgets
 from pettingllms.records import Batch, Episode, Sample, Step
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
 from pettingllms.rollout.strategies import Strategy, get_strategy
+from pettingllms.utils.counters import counted
+from pettingllms.utils.seeding import sampling_seed as derive_seed
+
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "stop")
 
 
-def derive_seed(*parts: Any) -> int:
-    """A stable 31-bit seed from any parts (independent of PYTHONHASHSEED)."""
-    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % (2 ** 31 - 1)
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What a runner needs from the run config: the `rollout` block's episode settings, the
+    `reward` mix and `algorithm.group_by`; MetaAgent-X's runner also reads the designer's token
+    budget and the MAS budgets. Build it from the blocks with `RolloutSettings.of`."""
+    strategy: str = "tree"  # tree | flat | autoevol
+    k: int = 4
+    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
+    team_weight: float = 1.0
+    local_weight: float = 0.5
+    group_by: tuple[str, ...] = DEFAULT_GROUP_BY
+    env_workers: int = 2
+    designer_max_new_tokens: int = 768  # autoevol: a design is a whole program
+    mas_budgets: MasBudgets = field(default_factory=MasBudgets)  # autoevol
+
+    @classmethod
+    def of(cls, rollout: RolloutConfig, reward: RewardConfig, algorithm: AlgorithmConfig,
+           mas: MasConfig | None = None) -> "RolloutSettings":
+        mas = mas or MasConfig()
+        return cls(strategy=str(rollout.strategy), k=int(rollout.k), sampling=sampling_dict(rollout.sampling),
+                   team_weight=float(reward.team_weight), local_weight=float(reward.local_weight),
+                   group_by=normalize_group_by(algorithm.group_by), env_workers=int(rollout.env_workers),
+                   designer_max_new_tokens=int(mas.designer_sampling.max_new_tokens),
+                   mas_budgets=MasBudgets.from_cfg(mas.budgets))
 
 
 @dataclass
@@ -51,19 +75,17 @@ class _Branch:
 
 @dataclass
 class _Settings:
+    """One run call's settings: the built strategy, its k, and the rest as configured."""
     strategy: Strategy
     k: int
-    sampling: dict[str, Any]
-    team_weight: float
-    local_weight: float
-    group_by: tuple[str, ...]
-    env_workers: int
+    cfg: RolloutSettings
 
 
-def _sampling_dict(node: Any) -> dict[str, Any]:
+def sampling_dict(sampling: Any) -> dict[str, Any]:
+    """A `SamplingConfig` block (or a mapping of its fields) as SamplingParams keyword arguments."""
     out = {}
-    for name in ("temperature", "top_p", "top_k", "max_new_tokens", "stop"):
-        value = cfg_get(node, name, None)
+    for name in _SAMPLING_FIELDS:
+        value = sampling.get(name) if isinstance(sampling, Mapping) else getattr(sampling, name, None)
         if value is not None:
             out[name] = [str(s) for s in value] if name == "stop" else value
     return out
@@ -81,35 +103,22 @@ def unique_keys(problems: list[dict[str, Any]]) -> list[str]:
 
 
 class Rollout:
-    """Plays a batch of problems with the configured strategy and returns a Batch.
-
-    `cfg` is the composed config (see pettingllms/config.py) or anything with its
-    attributes: rollout.{strategy,k,sampling,env_workers}, reward.{team_weight,
-    local_weight}, algorithm.group_by.
-    """
+    """Plays a batch of problems with the strategy `settings` name (tree or flat) and returns a Batch."""
 
     def __init__(self, engine: RolloutEngine, env_factory: Callable[[], MultiAgentEnv],
-                 agent_policy: Mapping[str, str], cfg: Any) -> None:
+                 agent_policy: Mapping[str, str], settings: RolloutSettings) -> None:
         self.engine = engine
         self.env_factory = env_factory
         self.agent_policy = dict(agent_policy)
-        self.cfg = cfg
+        self.settings = settings
 
     def _settings(self, k: int | None) -> _Settings:
-        cfg = self.cfg
-        k = int(k if k is not None else cfg_get(cfg, "rollout.k", 4))
+        k = int(k if k is not None else self.settings.k)
         if k < 1:
             raise ValueError(f"rollout.k must be >= 1, got {k}")
-        return _Settings(
-            strategy=get_strategy(str(cfg_get(cfg, "rollout.strategy", "tree"))),
-            k=k,
-            sampling=_sampling_dict(cfg_get(cfg, "rollout.sampling", None)),
-            team_weight=float(cfg_get(cfg, "reward.team_weight", 1.0)),
-            local_weight=float(cfg_get(cfg, "reward.local_weight", 0.0)),
-            group_by=normalize_group_by(cfg_get(cfg, "algorithm.group_by", None)),
-            env_workers=int(cfg_get(cfg, "rollout.env_workers", 1)),
-        )
+        return _Settings(get_strategy(self.settings.strategy), k, self.settings)
 
+    @counted  # Batch.counters: the sandbox / judge events of this run (one run at a time per process)
     def run(self, problems: list[dict[str, Any]], seed: int, k: int | None = None, *,
             step: int = 0, keys: list[str] | None = None) -> Batch:
         """Play every problem to the end (env.done or max_turns); return all episodes.
@@ -126,7 +135,7 @@ class Rollout:
             return Batch(step=step)
         agents = tuple(tracks[0].env.agents)
         max_turns = max(int(getattr(tr.env, "max_turns", 1)) for tr in tracks)
-        workers = max(1, st.env_workers)
+        workers = max(1, st.cfg.env_workers)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for turn in range(max_turns):
                 playing = [tr for tr in tracks if not tr.done]
@@ -147,7 +156,7 @@ class Rollout:
             traj = tr.episode.trajectory
             traj.team_reward = float(tr.env.team_reward())
             traj.success = bool(tr.env.success)
-            st.strategy.finish(tr.episode, st.team_weight, st.local_weight)
+            st.strategy.finish(tr.episode, st.cfg.team_weight, st.cfg.local_weight)
         return Batch(step=step, episodes=[tr.episode for tr in tracks])
 
     def _start(self, problems: list[dict[str, Any]], keys: list[str], seed: int, st: _Settings) -> list[_Track]:
@@ -180,13 +189,13 @@ class Rollout:
                 messages=tr.env.observation(agent),
                 policy=policy,
                 params=SamplingParams(n=n, seed=derive_seed(seed, tr.problem_key, tr.index, turn, agent),
-                                      **st.sampling),
+                                      **st.cfg.sampling),
                 request_id=f"{tr.episode.episode_id}/t{turn}/{agent}",
             )
             for tr in acting
         ]
         outputs = self.engine.generate(requests)
-        _check_outputs(requests, outputs)
+        check_outputs(requests, outputs)
         jobs = [(tr, c) for tr, comps in zip(acting, outputs) for c in comps]
         # Each branch is an independent deep copy and results come back in job
         # order, so thread timing cannot change the outcome.
@@ -197,7 +206,7 @@ class Rollout:
             pos += len(comps)
             rng = random.Random(derive_seed(seed, tr.problem_key, tr.index, turn, agent, "commit"))
             chosen = st.strategy.choose([b.reward for b in mine], rng)
-            key = group_key(tr.problem_key, turn, agent, st.group_by)
+            key = group_key(tr.problem_key, turn, agent, st.cfg.group_by)
             for i, (c, b) in enumerate(zip(comps, mine)):
                 tr.episode.samples.append(_sample(tr, agent, turn, policy, c, b, key,
                                                   candidate=tr.index * n + i, committed=(i == chosen)))
@@ -218,10 +227,10 @@ class Rollout:
             raise RuntimeError(f"env '{env.name}' failed stepping agent '{agent}' at turn {turn} "
                                f"of problem '{tr.problem_key}': {e!r}") from e
         return _Branch(env=env, result=result, team_reward=team, local_reward=local,
-                       reward=st.team_weight * team + st.local_weight * local)
+                       reward=st.cfg.team_weight * team + st.cfg.local_weight * local)
 
 
-def _check_outputs(requests: list[GenerationRequest], outputs: list[list[Completion]]) -> None:
+def check_outputs(requests: list[GenerationRequest], outputs: list[list[Completion]]) -> None:
     if len(outputs) != len(requests):
         raise RuntimeError(f"engine returned {len(outputs)} results for {len(requests)} requests")
     for req, comps in zip(requests, outputs):

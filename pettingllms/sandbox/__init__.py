@@ -8,11 +8,12 @@
     sandbox_refusal(backend)        why code would be refused there (None: it runs); logs once
     sandbox_counts()                runs and errors by kind so far (per-step metrics)
 """
-from pettingllms.sandbox.core import (SandboxLimits, SandboxResult, error_kind, run_python,
-                                      sandbox_counts)
-from pettingllms.sandbox.isolation import Backend, configure as configure_sandbox
+from pettingllms.sandbox.core import error_kind, run_python, sandbox_counts
+from pettingllms.sandbox.isolation import configure as configure_sandbox
 from pettingllms.sandbox.isolation import refusal as sandbox_refusal
 from pettingllms.sandbox.isolation import detect_backend as sandbox_backend
+from pettingllms.sandbox.launch import Backend
+from pettingllms.sandbox.limits import SandboxLimits, SandboxResult
 from pettingllms.sandbox.pool import SandboxPool, run_many
 
 __all__ = ["Backend", "SandboxLimits", "SandboxPool", "SandboxResult", "configure_sandbox",

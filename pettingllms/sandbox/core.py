@@ -1,154 +1,18 @@
-"""Run one untrusted Python program with stdin, limits and captured output.
-
-The program text goes into a fresh temp dir; the process starts in a new session
-(its own process group) under the backend chosen by `isolation.detect_backend()`.
-We stream stdout/stderr with a byte cap and a wall-clock deadline, and on any stop
-(timeout, output cap, normal exit) SIGKILL the whole process group and then any
-process still running under the program's leased uid.
+"""Run one untrusted Python program: pick the backend (`isolation.py`), refuse where nothing
+contains the program, run it (`process.py`) and count the outcome by kind.
 """
 from __future__ import annotations
 
-import os
-import selectors
-import shutil
-import signal
-import subprocess
-import tempfile
 import threading
-import time
 from collections import Counter
-from dataclasses import dataclass
 
-from pettingllms.sandbox import confine, isolation
-
-
-@dataclass
-class SandboxLimits:
-    wall_s: float = 5.0
-    cpu_s: float = 5.0
-    memory_mb: int = 512  # RLIMIT_AS (address space)
-    file_size_mb: int = 16  # largest file; bwrap's writable tmpfs holds 4x this in total
-    max_processes: int = 64  # RLIMIT_NPROC for the program's own uid
-    max_output_bytes: int = 1_000_000  # stdout + stderr together
+from pettingllms.sandbox import isolation
+from pettingllms.sandbox.limits import SandboxLimits, SandboxResult
+from pettingllms.sandbox.process import run_with
+from pettingllms.utils import counters
 
 
-@dataclass
-class SandboxResult:
-    stdout: str
-    stderr: str
-    exit_code: int | None  # negative: killed by that signal; None: never started
-    timed_out: bool  # wall or CPU time limit hit
-    error: str | None  # why it was stopped: timeout, cpu_time, memory, output_limit,
-    #                    file_size, process_limit, signal:<NAME>, refused: ..., sandbox_error: ...
-    wall_s: float
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out and self.error is None
-
-
-_CHUNK = 65536
-
-
-def _pump(proc: subprocess.Popen, stdin: bytes, cap: int, deadline: float
-          ) -> tuple[bytes, bytes, bool, bool]:
-    """Feed stdin and read both pipes until EOF, the deadline or the output cap."""
-    sel = selectors.DefaultSelector()
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    for stream in (proc.stdout, proc.stderr):
-        sel.register(stream.fileno(), selectors.EVENT_READ)
-    in_fd, sent = proc.stdin.fileno(), 0
-    if stdin:
-        os.set_blocking(in_fd, False)
-        sel.register(in_fd, selectors.EVENT_WRITE)
-    else:
-        proc.stdin.close()
-    total, timed_out, over = 0, False, False
-    try:
-        while sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            events = sel.select(min(left, 0.05))
-            if not events and _exited(proc.pid):
-                # The program is done; a descendant may hold the pipes open. Take what is
-                # buffered and stop (the group and uid sweep kill such descendants).
-                for fd in list(bufs):
-                    if fd in sel.get_map():
-                        os.set_blocking(fd, False)
-                        try:
-                            while total <= cap and (data := os.read(fd, _CHUNK)):
-                                bufs[fd] += data[:max(cap - total, 0)]
-                                total += len(data)
-                        except BlockingIOError:
-                            pass
-                over = total > cap
-                break
-            for key, _ in events:
-                fd = key.fd
-                if fd == in_fd:
-                    try:
-                        sent += os.write(fd, stdin[sent:sent + _CHUNK])
-                    except (BrokenPipeError, BlockingIOError, OSError) as e:
-                        if isinstance(e, BlockingIOError):
-                            continue
-                        sent = len(stdin)  # program closed stdin; stop feeding
-                    if sent >= len(stdin):
-                        sel.unregister(fd)
-                        proc.stdin.close()
-                    continue
-                data = os.read(fd, _CHUNK)
-                if not data:
-                    sel.unregister(fd)
-                    continue
-                room = cap - total
-                bufs[fd] += data[:max(room, 0)]
-                total += len(data)
-                if total > cap:
-                    over = True
-                    break
-            if over:
-                break
-    finally:
-        sel.close()
-    return (bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]),
-            timed_out, over)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: pgid == pid
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _classify(exit_code: int | None, stderr: str, timed_out: bool, over: bool) -> str | None:
-    if timed_out:
-        return "timeout"
-    if over:
-        return "output_limit"
-    if exit_code is None or exit_code == 0:
-        return None
-    tail = stderr[-2000:]
-    if exit_code == -signal.SIGXCPU:
-        return "cpu_time"
-    if exit_code == -signal.SIGXFSZ or "File too large" in tail:
-        return "file_size"
-    if "MemoryError" in tail or "Cannot allocate memory" in tail:
-        return "memory"
-    if "Resource temporarily unavailable" in tail and ("fork" in tail or "BlockingIOError" in tail
-                                                      or "spawn" in tail):
-        return "process_limit"
-    if exit_code < 0:
-        try:
-            return f"signal:{signal.Signals(-exit_code).name}"
-        except ValueError:
-            return f"signal:{-exit_code}"
-    return None  # ordinary failure (exception, sys.exit(n)): exit_code says it
-
-
-# --- error counts (process-wide; the trainer turns differences into per-step metrics) -----
+# --- error counts (process-wide; runners turn differences into Batch.counters) ----------
 
 _counts: Counter = Counter(runs=0)  # "runs" is reported even before the first run
 _counts_lock = threading.Lock()
@@ -167,6 +31,9 @@ def sandbox_counts() -> dict[str, int]:
     """{"runs": n, "errors/<kind>": m, ...} since the process started."""
     with _counts_lock:
         return dict(_counts)
+
+
+counters.register("sandbox", sandbox_counts)  # per-run metrics on Batch.counters
 
 
 def _count(result: SandboxResult) -> SandboxResult:
@@ -192,111 +59,3 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
         return _count(SandboxResult("", refused, None, False, "refused: " + refused, 0.0))
     return _count(run_with(backend, code, stdin, limits))
 
-
-def run_with(backend: isolation.Backend, code: str, stdin: str = "",
-             limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run on the given backend (run_python's body; the confinement probe calls it)."""
-    limits = limits or SandboxLimits()
-    start = time.monotonic()
-    try:
-        code_bytes = code.encode("utf-8", errors="replace")
-        stdin_bytes = (stdin or "").encode("utf-8", errors="replace")
-    except Exception as e:  # noqa: BLE001 - a sandbox problem must not crash the caller
-        return SandboxResult("", "", None, False, f"sandbox_error: {e}", 0.0)
-    lease = isolation.UidLease() if backend.separate_uid else None
-    tmp = tempfile.mkdtemp(prefix="pllm-sbx-")
-    proc = None
-    try:
-        # tmp/main.py is read-only for the program; tmp/work is its writable cwd (fallback)
-        os.chmod(tmp, 0o711)
-        prog, work = os.path.join(tmp, "main.py"), os.path.join(tmp, "work")
-        with open(prog, "wb") as f:
-            f.write(code_bytes)
-        os.chmod(prog, 0o644)
-        os.mkdir(work, 0o700)
-        if lease is not None:
-            os.chown(work, lease.uid, lease.uid)
-        if backend.kind == "bwrap":
-            cmd, cwd = isolation.bwrap_command(backend, prog, limits), tmp
-            env = {"PATH": isolation.MIN_PATH}
-        else:
-            cmd, cwd = [backend.python, "-I", prog], work
-            if backend.confinement:  # Landlock + seccomp, applied by a launcher before exec
-                cmd = confine.launcher_args(backend.python, prog,
-                                            isolation.confined_read_paths(backend.python), work)
-            if not backend.separate_uid and shutil.which("timeout"):
-                # same uid as us: put a process between us and the program, so
-                # os.kill(os.getppid(), ...) hits `timeout`, not the caller
-                cmd = ["timeout", "-s", "KILL", f"{int(limits.wall_s) + 2}s"] + cmd
-            env = {"PATH": isolation.MIN_PATH, "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work,
-                   "PYTHONIOENCODING": "utf-8"}
-        cmd, kwargs = isolation.launch(backend, lease, limits, cmd)
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=cwd, env=env, close_fds=True,
-                                start_new_session=True, **kwargs)
-        out, err, timed_out, over = _pump(proc, stdin_bytes, int(limits.max_output_bytes),
-                                          start + float(limits.wall_s))
-        if not (timed_out or over):
-            timed_out = not _wait_unreaped(proc.pid, start + float(limits.wall_s))
-        _kill_group(proc)  # before reaping, so the group id cannot have been reused
-        exit_code = proc.wait()
-        if backend.kind == "bwrap" and exit_code > 128:
-            exit_code = -(exit_code - 128)  # bwrap reports death by signal N as 128 + N
-        stderr = err.decode("utf-8", errors="replace")
-        if exit_code == -signal.SIGKILL and not (timed_out or over):
-            timed_out = _cpu_exhausted(limits, start)  # hard CPU limit sends SIGKILL
-        error = _classify(exit_code, stderr, timed_out, over)
-        if exit_code == confine.CONFINE_FAILED_EXIT and confine.FAILED_TAG in stderr:
-            error = "sandbox_error: confinement failed: " + stderr.split(
-                confine.FAILED_TAG, 1)[1].strip()[:300]
-        if exit_code in (-signal.SIGXCPU,) or error == "cpu_time":
-            timed_out, error = True, "cpu_time"
-        if timed_out or over:
-            exit_code = None if exit_code == -signal.SIGKILL else exit_code
-        return SandboxResult(out.decode("utf-8", errors="replace"), stderr, exit_code,
-                             timed_out, error, time.monotonic() - start)
-    except Exception as e:  # noqa: BLE001
-        if proc is not None:
-            _kill_group(proc)
-            proc.wait()
-        return SandboxResult("", "", None, False, f"sandbox_error: {type(e).__name__}: {e}",
-                             time.monotonic() - start)
-    finally:
-        if proc is not None:
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        if lease is not None:
-            isolation.kill_uid_processes(lease.uid)
-            lease.release()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _exited(pid: int) -> bool:
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
-    except ChildProcessError:
-        return True
-
-
-def _wait_unreaped(pid: int, deadline: float) -> bool:
-    """Wait for `pid` to exit without reaping it; False if the deadline passed first."""
-    delay = 0.001
-    while True:
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
-                return True
-        except ChildProcessError:
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(delay, left))
-        delay = min(delay * 2, 0.02)
-
-
-def _cpu_exhausted(limits: SandboxLimits, start: float) -> bool:
-    """SIGKILL without our own kill: the RLIMIT_CPU hard limit (soft + 1 s) fired."""
-    return time.monotonic() - start >= float(limits.cpu_s)

@@ -10,7 +10,8 @@ import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from pettingllms.sandbox.core import SandboxLimits, SandboxResult, run_python
+from pettingllms.sandbox.core import run_python
+from pettingllms.sandbox.limits import SandboxLimits, SandboxResult
 
 
 class SandboxPool:

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import torch
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.utils.seeding import capture_rng_state
 
 log = logging.getLogger(__name__)

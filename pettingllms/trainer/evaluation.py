@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any, Callable
 
-from omegaconf import DictConfig, OmegaConf
-
 from pettingllms.records import Episode
+from pettingllms.rollout.runner import RolloutSettings
 
 
-def eval_config(cfg: DictConfig, k: int) -> DictConfig:
-    """The training config with evaluation sampling: flat episodes, eval temperature."""
-    c = OmegaConf.to_container(cfg, resolve=True)
-    if c["rollout"]["strategy"] != "autoevol":  # autoevol plays k designs x 1 execution itself
-        c["rollout"]["strategy"] = "flat"
-    c["rollout"]["k"] = int(k)
-    c["rollout"]["sampling"]["temperature"] = float(cfg.eval.temperature)
-    return OmegaConf.create(c)
+def eval_settings(settings: RolloutSettings, k: int, temperature: float) -> RolloutSettings:
+    """The training rollout with evaluation sampling: flat episodes, eval temperature."""
+    strategy = settings.strategy if settings.strategy == "autoevol" else "flat"  # autoevol: k designs x 1 execution
+    return replace(settings, strategy=strategy, k=int(k),
+                   sampling={**settings.sampling, "temperature": float(temperature)})
 
 
 def _score(episodes: list[Episode]) -> dict[str, float]:
@@ -44,23 +41,21 @@ def _aggregate(scores: list[dict[str, float]], k: int) -> dict[str, float]:
             "problems": n}
 
 
-def evaluate_problems(make_rollout: Callable[[DictConfig], Any], cfg: DictConfig,
-                      problems: list[dict[str, Any]], k: int, seed: int,
-                      chunk: int | None = None) -> dict[str, Any]:
-    """Play k episodes per problem and score them.
+def evaluate_problems(make_rollout: Callable[[RolloutSettings], Any], settings: RolloutSettings,
+                      problems: list[dict[str, Any]], k: int, seed: int, *, env_name: str,
+                      temperature: float, chunk: int) -> dict[str, Any]:
+    """Play k episodes per problem at `temperature`, `chunk` problems per rollout call, and score them.
 
-    make_rollout(eval_cfg) returns an object with `.run(problems, seed, k) -> Batch`
-    (pettingllms.rollout.runner.Rollout over the current engine).
+    make_rollout(eval_settings) returns an object with `.run(problems, seed, k) -> Batch`
+    (a backend's runner over the current engine).
     """
-    ecfg = eval_config(cfg, k)
-    rollout = make_rollout(ecfg)
-    chunk = chunk or max(1, int(cfg.eval.get("batch_problems") or cfg.rollout.batch_size))
+    rollout = make_rollout(eval_settings(settings, k, temperature))
+    chunk = max(1, int(chunk))
     by_problem: dict[str, list[Episode]] = defaultdict(list)
     for i in range(0, len(problems), chunk):
         batch = rollout.run(problems[i: i + chunk], seed=seed + i, k=k)
         for e in batch.episodes:
             by_problem[e.problem_id].append(e)
-    env_name = str(cfg.env.name)
     per_source: dict[str, list[dict[str, float]]] = defaultdict(list)
     everything = []
     for p in problems:
@@ -70,7 +65,7 @@ def evaluate_problems(make_rollout: Callable[[DictConfig], Any], cfg: DictConfig
         s = _score(eps)
         everything.append(s)
         per_source[str(p.get("source") or env_name)].append(s)
-    return {"env": env_name, "k": k, "temperature": float(cfg.eval.temperature),
+    return {"env": env_name, "k": k, "temperature": float(temperature),
             "num_problems": len(problems), "overall": _aggregate(everything, k),
             "benchmarks": {src: _aggregate(v, k) for src, v in sorted(per_source.items())}}
 

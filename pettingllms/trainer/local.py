@@ -21,36 +21,24 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pettingllms.config import ConfigError
-from pettingllms.envs.math.verify import judge_counts
+from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import role_lrs_at
-from pettingllms.sandbox import sandbox_counts
+from pettingllms.trainer import assemble
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
 from pettingllms.trainer.data import DataOrder
-from pettingllms.trainer.evaluation import evaluate_problems, flat_metrics
-from pettingllms.trainer.loggers import check_loggers
-from pettingllms.trainer.metrics import (batch_metrics, counter_delta, policy_metrics,
+from pettingllms.trainer.evaluation import flat_metrics
+from pettingllms.trainer.metrics import (batch_metrics, policy_metrics,
                                          sandbox_warning, starved_agents, timing_sum)
 from pettingllms.trainer.outputs import RunOutputs, resolve_run
 from pettingllms.trainer.timing import Stopwatch
-from pettingllms.utils.seeding import derive_seed, restore_rng_state, set_seed
-from pettingllms.utils.threads import apply_threads
+from pettingllms.utils.seeding import derive_seed, restore_rng_state
 
 log = logging.getLogger(__name__)
 
 
 def rollout_seed(seed: int, step: int) -> int:
     return derive_seed(int(seed), "rollout", int(step)) % (2**31)
-
-
-def quiet_hf_progress() -> None:
-    """transformers draws a progress bar per checkpoint save/load; the step bar is enough."""
-    try:
-        from transformers.utils import logging as hf_logging
-        hf_logging.disable_progress_bar()
-    except Exception:  # pragma: no cover - older/newer transformers without it
-        pass
 
 
 def check_phases(cfg: DictConfig, names: list[str]) -> None:
@@ -77,12 +65,8 @@ class LocalTrainer:
     def __init__(self, cfg: DictConfig, engine: Any = None, run_dir: Path | None = None) -> None:
         from pettingllms.trainer.backends import make_backend
 
-        check_loggers(cfg)
         self.cfg = cfg
-        tr = cfg.trainer
-        apply_threads(tr.threads)
-        set_seed(int(cfg.seed), bool(tr.deterministic))
-        quiet_hf_progress()
+        self.setup = assemble.build_run(cfg)
         self.run_dir, resume_from = resolve_run(cfg, run_dir)
 
         self.env_factory = comp.make_env_factory(cfg)
@@ -96,16 +80,14 @@ class LocalTrainer:
             self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
             check_phases(cfg, list(self.workers))
             check_role_lr(cfg, self.agents)
-            if resume_from is None and str(tr.init_from):  # e.g. the SFT cold start; a resume wins
-                init = ckpt_io.resolve_checkpoint(str(tr.init_from), "trainer.init_from")
-                ckpt_io.load_policies(init, self.workers, weights_only=True)
-                log.info("policies start from %s", init)
+            if resume_from is None:  # trainer.checkpoint.init_from (e.g. the SFT cold start); a resume wins
+                assemble.load_initial_weights(cfg, self.workers)
             self.backend.start(comp.policy_bases(self.policies))
             self.backend.check_trainable()
         except BaseException:
             self.backend.close()
             raise
-        self.rollout = self.backend.runner(cfg)
+        self.rollout = self.backend.runner()
 
         self.step = 0
         self.history: list[dict[str, Any]] = []
@@ -130,7 +112,6 @@ class LocalTrainer:
         cfg, sw = self.cfg, Stopwatch()
         self.backend.begin_step()
         t_step = time.perf_counter()
-        counts0 = (sandbox_counts(), judge_counts())
         problems = [self.problems[i] for i in self.order.next_indices(int(cfg.rollout.batch_size))]
         with sw.section("rollout"):
             batch = self.rollout.run(problems, seed=rollout_seed(cfg.seed, step), step=step)
@@ -158,11 +139,10 @@ class LocalTrainer:
             metrics.update(batch_metrics(batch, self.agents))
             metrics.update(policy_metrics(reports))
             metrics["policies/trained"] = float(len(updated))
-            metrics.update(counter_delta(counts0[0], sandbox_counts(), "sandbox"))
-            metrics.update(counter_delta(counts0[1], judge_counts(), "judge"))
+            metrics.update(batch.counters)  # sandbox/*, judge/*: counted where the envs stepped
             if (warning := sandbox_warning(metrics)) is not None:
                 log.warning("step %d: %s", step, warning)
-            if cfg.trainer.save_trajectories:
+            if cfg.trainer.logging.save_trajectories:
                 self.outputs.write_trajectories(step, batch.episodes)
         step_s = time.perf_counter() - t_step
         gen = self.backend.generation_stats()
@@ -184,15 +164,14 @@ class LocalTrainer:
         if self._val_problems is None:
             limit = cfg.eval.limit if cfg.eval.limit is not None else cfg.env.test_limit
             self._val_problems = comp.load_problems(cfg, cfg.eval.split, limit)
-        result = evaluate_problems(
-            self.backend.runner,
-            cfg, self._val_problems, int(cfg.eval.k), seed=derive_seed(int(cfg.seed), "val") % (2**31))
+        result = assemble.evaluate_on(self.backend.runner, cfg, self._val_problems,
+                                      seed=derive_seed(int(cfg.seed), "val") % (2**31))
         return flat_metrics(result)
 
     def save(self) -> Path:
         state = {"data": self.order.state_dict(), "metrics": self.history}
         path = ckpt_io.save_checkpoint(self.run_dir, self.step, self.workers, state)
-        ckpt_io.prune_checkpoints(self.run_dir, int(self.cfg.trainer.keep_checkpoints))
+        ckpt_io.prune_checkpoints(self.run_dir, int(self.cfg.trainer.checkpoint.keep_checkpoints))
         return path
 
     # ------------------------------------------------------------------ the loop
@@ -201,19 +180,20 @@ class LocalTrainer:
         from tqdm import tqdm
 
         tr = self.cfg.trainer
+        val, logging_, saving = tr.validation, tr.logging, tr.checkpoint
         total = int(tr.total_steps)
         stop = total if max_steps is None else min(total, self.step + int(max_steps))
         bar = tqdm(total=total, initial=self.step, desc=str(self.cfg.experiment), unit="step",
-                   disable=not tr.progress_bar, file=sys.stderr, dynamic_ncols=True)
+                   disable=not logging_.progress_bar, file=sys.stderr, dynamic_ncols=True)
         t_run = time.perf_counter()
         try:
-            if tr.val_before:
+            if val.val_before:
                 self.validate_before()
             while self.step < stop:
                 step = self.step + 1
                 metrics = self.train_step(step)
                 self.step = step
-                if int(tr.val_freq) > 0 and step % int(tr.val_freq) == 0:
+                if int(val.val_freq) > 0 and step % int(val.val_freq) == 0:
                     t0 = time.perf_counter()
                     metrics.update(self.validate(step))
                     metrics["timing/val_s"] = time.perf_counter() - t0
@@ -221,15 +201,15 @@ class LocalTrainer:
                 self.history.append(metrics)
                 bar.update(1)
                 self.outputs.log_metrics(metrics)
-                for agent, streak in starved_agents(self.history, self.agents, int(tr.starvation_warn_steps)):
+                for agent, streak in starved_agents(self.history, self.agents, int(logging_.starvation_warn_steps)):
                     log.warning("agent '%s' has had no learning signal for %d steps: every group of its "
                                 "samples had equal rewards (groups/zero_var_frac/%s = 1). Check its local "
                                 "reward and reward.local_weight, or raise rollout.k", agent, streak, agent)
-                if (int(tr.save_freq) > 0 and step % int(tr.save_freq) == 0) or step == stop:
+                if (int(saving.save_freq) > 0 and step % int(saving.save_freq) == 0) or step == stop:
                     self.save()
         finally:
             bar.close()
-        if tr.val_before and self.step == total:
+        if val.val_before and self.step == total:
             print(before_after(self.val_before, self.history), flush=True)
         return self.history
 
@@ -256,11 +236,11 @@ class LocalTrainer:
 
 def before_after(before: dict[str, float], history: list[dict[str, Any]]) -> str:
     """'held-out <env> avg@k: 0.453 before -> 0.547 after (+0.094); pass@k: ...' from the
-    untrained validation and the last one logged (trainer.val_freq must reach the last step)."""
+    untrained validation and the last one logged (trainer.validation.val_freq must reach the last step)."""
     last = next((m for m in reversed(history) if any(k.startswith("val/") for k in m)), {})
     keys = [k for k in before if k.count("/") == 2 and "@" in k]
     if not keys or not last or last.get("step") != (history[-1]["step"] if history else None):
-        return "held-out before -> after: no validation at the last step (set trainer.val_freq to divide total_steps)"
+        return "held-out before -> after: no validation at the last step (set trainer.validation.val_freq to divide total_steps)"
     env = keys[0].split("/")[1]
     parts = [f"{k.split('/')[2]} {before[k]:.3f} before -> {last[k]:.3f} after ({last[k] - before[k]:+.3f})"
              for k in keys if k in last]

@@ -1,9 +1,9 @@
-"""Metric sinks, chosen by `trainer.logger` (a list): console, jsonl, tensorboard, wandb, mlflow.
+"""Metric sinks, chosen by `trainer.logging.logger` (a list): console, jsonl, tensorboard, wandb, mlflow.
 
 Each sink is one class with `log(metrics)` (one dict per step, `step` included) and
 `close()`. `jsonl` is always on: metrics.jsonl is what resume and the results scripts read.
 
-W&B: project `trainer.project`, group `experiment`, run name the run folder's name, the
+W&B: project `trainer.logging.project`, group `experiment`, run name the run folder's name, the
 resolved config as the run config, files under `<run>/wandb/`. With no API key (or no route
 to the server) we set `WANDB_MODE=offline`; upload later with `wandb sync <run>/wandb/offline-run-*`.
 MLflow: a local SQLite store `<run>/mlflow.db`, artifacts in `<run>/mlartifacts` (override
@@ -22,12 +22,12 @@ import re
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +51,25 @@ def scalars(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def selected_sinks(cfg: DictConfig) -> list[str]:
-    names = [str(n) for n in cfg.trainer.logger]
-    if not bool(cfg.trainer.log_tensorboard):  # the older switch still turns TensorBoard off
+    names = [str(n) for n in cfg.trainer.logging.logger]
+    if not bool(cfg.trainer.logging.log_tensorboard):  # the older switch still turns TensorBoard off
         names = [n for n in names if n != "tensorboard"]
     return ["jsonl"] + [n for n in dict.fromkeys(names) if n != "jsonl"]
 
 
-def check_loggers(cfg: DictConfig) -> None:
-    for name in cfg.trainer.logger:
+def check_loggers(sinks: Sequence[str]) -> None:
+    """Refuse an unknown `trainer.logging.logger` entry before anything starts."""
+    for name in sinks:
         if name not in SINKS:
             close = difflib.get_close_matches(str(name), SINKS, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown trainer.logger entry '{name}'{hint}; choose from {', '.join(SINKS)}")
+            raise ConfigError(f"unknown trainer.logging.logger entry '{name}'{hint}; choose from {', '.join(SINKS)}")
     for name, module in (("wandb", "wandb"), ("mlflow", "mlflow")):
-        if name in cfg.trainer.logger:
+        if name in sinks:
             try:
                 __import__(module)
             except ImportError:
-                raise ConfigError(f"trainer.logger includes {name} but the '{module}' package is not installed "
+                raise ConfigError(f"trainer.logging.logger includes {name} but the '{module}' package is not installed "
                                   f"(pip install {module})") from None
 
 
@@ -156,7 +157,7 @@ class WandbLogger:
     def __init__(self, run_dir: Path, cfg: DictConfig, run_id: str | None) -> None:
         import wandb
 
-        self.run = wandb.init(project=str(cfg.trainer.project), group=str(cfg.experiment), name=run_dir.name,
+        self.run = wandb.init(project=str(cfg.trainer.logging.project), group=str(cfg.experiment), name=run_dir.name,
                               id=run_id, resume="allow", dir=str(run_dir), mode=wandb_mode(),
                               config=OmegaConf.to_container(cfg, resolve=True), job_type="train")
         self.run_id = self.run.id
@@ -192,7 +193,7 @@ class MlflowLogger:
         exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(
             name, artifact_location=(run_dir / "mlartifacts").resolve().as_uri())
         run = self.client.create_run(exp_id, run_name=run_dir.name,
-                                     tags={"project": str(cfg.trainer.project), "run_dir": str(run_dir)})
+                                     tags={"project": str(cfg.trainer.logging.project), "run_dir": str(run_dir)})
         self.run_id = run.info.run_id
         flat = _flatten(OmegaConf.to_container(cfg, resolve=True))
         params = [Param(mlflow_name(k), str(v)[:6000]) for k, v in flat.items()]
@@ -226,9 +227,9 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 # ---------------------------------------------------------------------- factory
 def make_loggers(run_dir: Path, cfg: DictConfig, history: Iterable[dict], resume_step: int | None,
                  console_line: Callable[[dict[str, Any]], str]) -> list[MetricLogger]:
-    """The sinks of `trainer.logger`; resuming after step `resume_step` continues the stored
+    """The sinks of `trainer.logging.logger`; resuming after step `resume_step` continues the stored
     W&B / MLflow runs (None: a fresh run)."""
-    check_loggers(cfg)
+    check_loggers(cfg.trainer.logging.logger)
     ids_path = run_dir / IDS_FILE
     resumed = resume_step is not None
     ids = json.loads(ids_path.read_text()) if resumed and ids_path.exists() else {}
@@ -237,7 +238,7 @@ def make_loggers(run_dir: Path, cfg: DictConfig, history: Iterable[dict], resume
         if name == "jsonl":
             sinks.append(JsonlLogger(run_dir / "metrics.jsonl", history))
         elif name == "console":
-            sinks.append(ConsoleLogger(console_line, bool(cfg.trainer.progress_bar)))
+            sinks.append(ConsoleLogger(console_line, bool(cfg.trainer.logging.progress_bar)))
         elif name == "tensorboard":
             sinks.append(TensorBoardLogger(run_dir / "tensorboard", resume_step + 1 if resumed else None))
         elif name == "wandb":

@@ -16,6 +16,7 @@ Names (all floats unless noted):
                                      step and how many it stopped, by kind (timeout, memory,
                                      crash, refused, ...; see sandbox.error_kind)
   judge/errors, judge/errors/<kind>  math answers the judge failed on (counted "not equal")
+                                     (both from Batch.counters: utils/counters.py)
   policy/<name>/<key>                what PolicyWorker.update returned
   train/<key>                        mean of policy/*/<key> over updated policies
 """
@@ -27,6 +28,7 @@ from typing import Any, Iterable
 
 from pettingllms.algorithms.advantages import stat_values
 from pettingllms.records import Batch, Sample
+from pettingllms.utils.counters import counter_delta  # noqa: F401 - the counter metrics live there
 
 
 def _mean(xs: list[float]) -> float:
@@ -147,16 +149,6 @@ def starved_agents(history: list[dict[str, Any]], agents: Iterable[str], steps: 
         if streak and streak % steps == 0:
             out.append((agent, streak))
     return out
-
-
-def counter_delta(before: dict[str, int], after: dict[str, int], prefix: str
-                  ) -> dict[str, float]:
-    """Per-step counts from two snapshots of a process-wide counter; `<prefix>/errors` is the
-    sum of the `errors/<kind>` entries."""
-    m = {f"{prefix}/{k}": float(after[k] - before.get(k, 0)) for k in after
-         if k == "runs" or after[k] != before.get(k, 0)}
-    m[f"{prefix}/errors"] = sum(v for k, v in m.items() if k.startswith(f"{prefix}/errors/"))
-    return m
 
 
 def sandbox_warning(m: dict[str, float]) -> str | None:

@@ -2,8 +2,8 @@
 
     config.yaml                 the resolved config
     metrics.jsonl               one JSON object per step
-    tensorboard/                TensorBoard event files (trainer.logger: see loggers.py)
-    wandb/ mlflow.db loggers.json  W&B and MLflow runs, when trainer.logger lists them
+    tensorboard/                TensorBoard event files (trainer.logging.logger: see loggers.py)
+    wandb/ mlflow.db loggers.json  W&B and MLflow runs, when trainer.logging.logger lists them
     trajectories/step_<N>.jsonl the step's episodes (pettingllms.records.Episode)
     checkpoints/step_NNNNNN/    see checkpoint.py (six-digit step)
 """
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.records import Episode, write_jsonl
 from pettingllms.trainer import run_folder
 from pettingllms.trainer.loggers import finite
@@ -45,13 +45,13 @@ def new_run_dir(cfg: DictConfig) -> Path:
 
 def default_run_folder(cfg: DictConfig) -> Path:
     """The folder `resolve_run` will use without a command-line choice (no side effects)."""
-    resume = str(cfg.trainer.resume)
+    resume = str(cfg.trainer.checkpoint.resume)
     if resume in ("", "none"):
         return new_run_dir(cfg)
     if resume == "auto":
         if not cfg.trainer.run_name:
-            raise ConfigError("trainer.resume=auto needs a stable run folder: set trainer.run_name "
-                              "(or pass trainer.resume=PATH to a checkpoint folder)")
+            raise ConfigError("trainer.checkpoint.resume=auto needs a stable run folder: set trainer.run_name "
+                              "(or pass trainer.checkpoint.resume=PATH to a checkpoint folder)")
         return Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
     path = Path(resume)
     return path if (path / "checkpoints").is_dir() else path.parent.parent
@@ -65,7 +65,7 @@ def resolve_run(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Pat
     """
     from pettingllms.trainer import checkpoint as ckpt_io
 
-    resume = str(cfg.trainer.resume)
+    resume = str(cfg.trainer.checkpoint.resume)
     if resume in ("", "none"):
         if run_dir is None:
             return new_run_dir(cfg), None
@@ -83,19 +83,19 @@ def resolve_run(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Pat
     if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: take its latest
         latest = ckpt_io.latest_checkpoint(path)
         if latest is None:
-            raise ConfigError(f"trainer.resume={resume}: no complete checkpoint in that run folder")
+            raise ConfigError(f"trainer.checkpoint.resume={resume}: no complete checkpoint in that run folder")
         run_folder.check_resume_config(path, cfg, latest)
         return path, latest
     if not ckpt_io.is_complete(path):
-        raise ConfigError(f"trainer.resume={resume}: not a complete checkpoint folder")
+        raise ConfigError(f"trainer.checkpoint.resume={resume}: not a complete checkpoint folder")
     if path.parent.name != "checkpoints":
-        raise ConfigError(f"trainer.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
+        raise ConfigError(f"trainer.checkpoint.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
     run_folder.check_resume_config(path.parent.parent, cfg, path)
     return path.parent.parent, path
 
 
 class RunOutputs:
-    """Writes the config, the step metrics (to every `trainer.logger` sink) and trajectories."""
+    """Writes the config, the step metrics (to every `trainer.logging.logger` sink) and trajectories."""
 
     def __init__(self, run_dir: Path, cfg: DictConfig, history: Iterable[dict] = (),
                  resume_step: int | None = None, line: Callable[[dict[str, Any]], str] | None = None) -> None:

@@ -1,8 +1,8 @@
 """What a run may do with an existing run folder: resume it or refuse it, never overwrite it.
 
-- A fresh run (trainer.resume=none) takes only a new or empty folder.
+- A fresh run (trainer.checkpoint.resume=none) takes only a new or empty folder.
 - A resumed run compares its config with the folder's config.yaml; a change is refused unless
-  trainer.resume_allow_changes=true, and then recorded in config_changes.jsonl.
+  trainer.checkpoint.resume_allow_changes=true, and then recorded in config_changes.jsonl.
 - resume=auto with no complete checkpoint starts fresh, says so, and first moves what an
   earlier (killed) attempt left into stale-<time>/, so old trajectories never mix with new ones.
 """
@@ -16,16 +16,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 # Keys that may differ between a run and its resumption: where it is started from and
 # bookkeeping that does not change what is trained.
-RESUME_FREE_KEYS = ("trainer.resume", "trainer.resume_allow_changes", "trainer.run_name",
-                    "trainer.output_dir", "trainer.progress_bar", "trainer.save_freq",
-                    "trainer.keep_checkpoints", "trainer.log_tensorboard", "trainer.save_trajectories",
-                    "trainer.logger", "trainer.project")
+RESUME_FREE_KEYS = ("trainer.checkpoint.resume", "trainer.checkpoint.resume_allow_changes", "trainer.run_name",
+                    "trainer.output_dir", "trainer.logging.progress_bar", "trainer.checkpoint.save_freq",
+                    "trainer.checkpoint.keep_checkpoints", "trainer.logging.log_tensorboard", "trainer.logging.save_trajectories",
+                    "trainer.logging.logger", "trainer.logging.project")
 CHANGES_FILE = "config_changes.jsonl"
 # What a run writes into its folder (outputs.py, checkpoint.py).
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "tensorboard", "trajectories", "checkpoints",
@@ -41,7 +41,7 @@ def refuse_used_folder(run_dir: Path, ignore: tuple[str, ...] = ()) -> None:
     if has_content(run_dir, ignore):
         found = sorted(p.name for p in run_dir.iterdir() if p.name not in ignore)
         raise ConfigError(f"run folder {run_dir} is not empty (has {', '.join(found[:5])}); use "
-                          f"trainer.resume=auto to continue it, or choose another trainer.run_name")
+                          f"trainer.checkpoint.resume=auto to continue it, or choose another trainer.run_name")
 
 
 def set_aside_stale_outputs(run_dir: Path) -> Path | None:
@@ -63,10 +63,10 @@ def start_fresh_in(run_dir: Path) -> None:
     """resume=auto without a complete checkpoint: say so, and keep old outputs apart."""
     stale = set_aside_stale_outputs(run_dir) if run_dir.is_dir() else None
     if stale is not None:
-        log.warning("trainer.resume=auto: no complete checkpoint in %s; starting fresh (the earlier "
+        log.warning("trainer.checkpoint.resume=auto: no complete checkpoint in %s; starting fresh (the earlier "
                     "attempt's outputs were moved to %s)", run_dir, stale)
     else:
-        log.warning("trainer.resume=auto: no complete checkpoint in %s; starting fresh", run_dir)
+        log.warning("trainer.checkpoint.resume=auto: no complete checkpoint in %s; starting fresh", run_dir)
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -91,20 +91,24 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]
 
 
 def check_resume_config(run_dir: Path, cfg: DictConfig, checkpoint: Path) -> None:
-    """Refuse a config that differs from the run's own, unless trainer.resume_allow_changes."""
+    """Refuse a config that differs from the run's own, unless trainer.checkpoint.resume_allow_changes."""
     saved = run_dir / "config.yaml"
     if not saved.exists():
         return
-    old = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+    from pettingllms.config.validate import move_renamed
+
+    old_cfg = OmegaConf.load(saved)
+    move_renamed(old_cfg)  # a run saved before a key moved compares under the key's new name
+    old = OmegaConf.to_container(old_cfg, resolve=True)
     new = OmegaConf.to_container(cfg, resolve=True)
     diff = config_diff(old, new)  # type: ignore[arg-type]
     if not diff:
         return
     shown = "; ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in list(diff.items())[:4])
     more = f" (+{len(diff) - 4} more)" if len(diff) > 4 else ""
-    if not bool(cfg.trainer.get("resume_allow_changes", False)):
+    if not bool(cfg.trainer.checkpoint.resume_allow_changes):
         raise ConfigError(f"resuming {run_dir} with a config that differs from its config.yaml: {shown}{more}; "
-                          f"resume with the same settings, or set trainer.resume_allow_changes=true "
+                          f"resume with the same settings, or set trainer.checkpoint.resume_allow_changes=true "
                           f"(the changes are then recorded in {CHANGES_FILE})")
     with (run_dir / CHANGES_FILE).open("a", encoding="utf-8") as f:
         f.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": checkpoint.name,

@@ -5,8 +5,8 @@ messages rendered exactly as the rollout engines render them (`engines.base.prom
 the reply's tokens plus EOS; the loss is the token-mean NLL of the response only
 (`PolicyWorker.sft_update`). Rows go to their agent's policy (L1: one shared model learns both
 roles; L2/L3: one adapter / model per role). Writes the trainer's run folder layout: config,
-metrics.jsonl (one row per optimizer step), and a checkpoint that `trainer.init_from` accepts.
-With `trainer.init_from` set, SFT starts from that checkpoint's weights (e.g. more epochs on a cold start).
+metrics.jsonl (one row per optimizer step), and a checkpoint that `trainer.checkpoint.init_from` accepts.
+With `trainer.checkpoint.init_from` set, SFT starts from that checkpoint's weights (e.g. more epochs on a cold start).
 """
 from __future__ import annotations
 
@@ -20,12 +20,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.records import Sample, read_jsonl
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
 from pettingllms.trainer.outputs import RunOutputs, new_run_dir
-from pettingllms.utils.seeding import set_seed
 
 log = logging.getLogger(__name__)
 
@@ -66,19 +65,17 @@ def row_sample(row: dict[str, Any], tokenizer: Any, max_prompt_tokens: int, inde
 def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     """Train every policy on its agents' rows for sft.epochs; returns the run folder (`run_dir`,
     Hydra's run folder from the command line, else a new one under trainer.output_dir)."""
-    from pettingllms.policies import build_policies
+    from pettingllms.trainer import assemble
     from pettingllms.utils.models import load_tokenizer
 
-    set_seed(int(cfg.seed), bool(cfg.trainer.deterministic))
+    setup = assemble.build_run(cfg)  # threads (trainer.threads), seeds and device as for training
     agents = list(comp.make_env_factory(cfg)().agents)
     rows = load_rows(cfg, agents)
     if not rows:
         raise ConfigError(f"sft.data={cfg.sft.data}: no rows for agents {list(cfg.sft.agents or agents)}")
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
-    policies = build_policies(cfg, agents)
-    if str(cfg.trainer.init_from):  # continue from an earlier SFT (or any) checkpoint: its weights only
-        ckpt_io.load_policies(ckpt_io.resolve_checkpoint(str(cfg.trainer.init_from), "trainer.init_from"),
-                              policies.workers, weights_only=True)
+    policies = assemble.build_policy_set(cfg, agents, setup.device)
+    assemble.load_initial_weights(cfg, policies.workers)  # e.g. more epochs on an earlier SFT checkpoint
     tokenizers: dict[str, Any] = {}
     per_policy: dict[str, list[Sample]] = {name: [] for name in policies.workers}
     for i, row in enumerate(rows):

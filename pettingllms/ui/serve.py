@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from omegaconf import DictConfig
 
 from pettingllms.cli.app import JobInfo, run_main
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 
 DEFAULT_RUNS_DIR = "outputs/mas_demo/runs"
 

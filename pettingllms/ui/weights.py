@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.trainer.checkpoint import latest_checkpoint, resolve_checkpoint
 
 COLD_START_EXPERIMENT = "autoevol_sft"  # configs/autoevol_sft.yaml's experiment: the recipe's output folder
@@ -111,8 +111,8 @@ def demo_weights(cfg: Any) -> DemoWeights:
 
 def build_demo_engine(cfg: Any, weights: DemoWeights) -> Any:
     """The engine of cfg.rollout.engine with `weights` in place (ConfigError when it cannot take them)."""
-    from pettingllms.rollout.engines import build_engine
     from pettingllms.rollout.engines.weights import read_adapter
+    from pettingllms.trainer.components import build_rollout_engine
 
     engine_name = str(cfg.rollout.engine)
     paths, ranks = {}, {}
@@ -127,7 +127,7 @@ def build_demo_engine(cfg: Any, weights: DemoWeights) -> Any:
             paths[name] = str(saved.folder / "model")
         if saved is not None and saved.kind == "lora":
             ranks[name] = int(json.loads((saved.folder / "adapter" / "adapter_config.json").read_text())["r"])
-    engine = build_engine(cfg, paths, lora_ranks=ranks or None)
+    engine = build_rollout_engine(cfg, paths, lora_ranks=ranks or None)
     try:
         for name, saved in weights.policies.items():
             if saved is not None and saved.kind == "lora":

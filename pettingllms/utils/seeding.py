@@ -29,10 +29,20 @@ def set_seed(seed: int, deterministic: bool = False) -> None:
             torch.backends.cudnn.benchmark = False
 
 
+def _digest(parts: tuple[Any, ...]) -> int:
+    """A stable 64-bit number from any printable parts (python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest(), "little")
+
+
 def derive_seed(*parts: Any) -> int:
-    """A stable 63-bit seed from any printable parts (python's hash() is salted per process)."""
-    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & (2**63 - 1)
+    """A stable 63-bit seed from any printable parts: generators, data orders, weight init."""
+    return _digest(parts) & (2**63 - 1)
+
+
+def sampling_seed(*parts: Any) -> int:
+    """A stable seed below 2**31 - 1 from any printable parts: what engines take as a request's
+    sampling seed (vLLM and OpenAI-compatible servers want a 32-bit signed int)."""
+    return _digest(parts) % (2**31 - 1)
 
 
 def capture_rng_state() -> dict[str, Any]:

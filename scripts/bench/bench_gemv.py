@@ -1,7 +1,8 @@
 """Weight streaming at decode-step shapes, side by side in one run: oneDNN's bf16 GEMM on packed
 weights (what the HF engine's lean forward runs without our kernels), `F.linear` on plain bf16
-weights, our bf16 GEMM kernel over its packed copy (`pettingllms/rollout/engines/cpu_kernels.py`),
-and a plain `torch.sum` over as many bytes (what the memory system gives one pass of reads).
+weights, our bf16 GEMM kernel over its packed copy
+(`pettingllms/rollout/engines/hf_runtime/cpu_kernels.py`), and a plain `torch.sum` over as many
+bytes (what the memory system gives one pass of reads).
 
     .venv/bin/python scripts/bench/bench_gemv.py                     # 1 and 2 threads, 1-32 rows
     .venv/bin/python scripts/bench/bench_gemv.py --rows 1 2 3 4 --threads 2
@@ -55,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from pettingllms.rollout.engines import cpu_kernels
-    from pettingllms.rollout.engines.hf_fast import mkldnn_bf16, pack_weight, packed_linear
+    from pettingllms.rollout.engines.hf_runtime import cpu_kernels
+    from pettingllms.rollout.engines.hf_runtime.linear import mkldnn_bf16, pack_weight, packed_linear
 
     kernel = cpu_kernels.load()
     dims = shapes(args.model)

@@ -46,18 +46,18 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from pettingllms.config import validate
-    from pettingllms.policies import build_policies
+    from pettingllms.config.validate import validate
+    from pettingllms.trainer.assemble import build_policy_set
     from pettingllms.records import Sample
 
     cfg = validate(OmegaConf.create({
         "model": {"path": args.model, "dtype": args.dtype, "gradient_checkpointing": args.gradient_checkpointing,
                   "lora": {"enabled": not args.full, "rank": args.rank, "alpha": 2 * args.rank}},
-        "trainer": {"lr": 1e-5, "micro_batch_size": args.micro_batch, "logprob_chunk": args.chunk},
+        "trainer": {"optim": {"lr": 1e-5}, "micro_batch_size": args.micro_batch, "logprob_chunk": args.chunk},
         "algorithm": {"old_logprobs": "recompute"},
     }))
     t0 = time.perf_counter()
-    worker = build_policies(cfg, ["agent"]).workers["shared"]
+    worker = build_policy_set(cfg, ["agent"]).workers["shared"]
     load_s = time.perf_counter() - t0
     rss_loaded = peak_rss_mb()
     if args.head_module:  # an observed head is called as a module (logprobs._plain_linear)

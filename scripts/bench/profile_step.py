@@ -47,15 +47,15 @@ def table(rows: list[dict[str, float]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse(sys.argv[1:] if argv is None else argv)
     from pettingllms.cli.config_loading import load_config
-    from pettingllms.config import ConfigError
+    from pettingllms.errors import ConfigError
     from pettingllms.trainer.local import LocalTrainer
 
     out = None
     if not any(o.startswith("trainer.output_dir=") for o in overrides):
         out = tempfile.mkdtemp(prefix="pettingllms-profile-")
         overrides.append(f"trainer.output_dir={out}")
-    overrides += [f"trainer.total_steps={max(args.steps, 1)}", "trainer.save_freq=0", "trainer.val_freq=0",
-                  "trainer.progress_bar=false", "trainer.save_trajectories=true"]
+    overrides += [f"trainer.total_steps={max(args.steps, 1)}", "trainer.checkpoint.save_freq=0", "trainer.validation.val_freq=0",
+                  "trainer.logging.progress_bar=false", "trainer.logging.save_trajectories=true"]
     try:
         cfg = load_config(args.config_name, overrides)
     except ConfigError as e:

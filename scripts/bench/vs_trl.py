@@ -172,11 +172,11 @@ def overrides(args: argparse.Namespace, model_path: str, threads: int | str, out
         f"rollout.batch_size={args.batch}", f"rollout.k={args.k}",
         f"rollout.sampling.max_new_tokens={args.max_new_tokens}",
         f"rollout.sampling.temperature={args.temperature}", f"rollout.sampling.top_p={args.top_p}",
-        "rollout.sampling.top_k=0", f"trainer.lr={args.lr}", "trainer.lr_schedule=constant",
-        "trainer.warmup_steps=0", "algorithm.kl_coef=0.0", f"trainer.micro_batch_size={args.micro_batch}",
-        f"trainer.threads={threads}", f"trainer.total_steps={args.steps}", "trainer.save_freq=0",
-        "trainer.val_freq=0", "trainer.progress_bar=false", "trainer.save_trajectories=false",
-        "trainer.log_tensorboard=false", f"trainer.output_dir={out_dir}",
+        "rollout.sampling.top_k=0", f"trainer.optim.lr={args.lr}", "trainer.optim.lr_schedule=constant",
+        "trainer.optim.warmup_steps=0", "algorithm.kl_coef=0.0", f"trainer.micro_batch_size={args.micro_batch}",
+        f"trainer.threads={threads}", f"trainer.total_steps={args.steps}", "trainer.checkpoint.save_freq=0",
+        "trainer.validation.val_freq=0", "trainer.logging.progress_bar=false", "trainer.logging.save_trajectories=false",
+        "trainer.logging.log_tensorboard=false", f"trainer.output_dir={out_dir}",
     ]
 
 
@@ -367,10 +367,10 @@ def main(argv: list[str] | None = None) -> int:
                 res = run_ours(task, "single_grpo", overrides(args, task["model_path"], ours_threads, out_dir))
             else:
                 res = run_ours(task, "quickstart", [f"trainer.threads={'auto' if args.threads == 'auto' else task['threads']}",
-                                                    f"trainer.total_steps={args.steps}", "trainer.save_freq=0",
-                                                    "trainer.val_freq=0", "trainer.progress_bar=false",
-                                                    "trainer.save_trajectories=false",
-                                                    "trainer.log_tensorboard=false", f"trainer.output_dir={out_dir}"])
+                                                    f"trainer.total_steps={args.steps}", "trainer.checkpoint.save_freq=0",
+                                                    "trainer.validation.val_freq=0", "trainer.logging.progress_bar=false",
+                                                    "trainer.logging.save_trajectories=false",
+                                                    "trainer.logging.log_tensorboard=false", f"trainer.output_dir={out_dir}"])
         Path(args.out).write_text(json.dumps(res))
         return 0
 

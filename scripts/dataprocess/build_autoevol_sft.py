@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from pettingllms.cli.config_loading import load_config
-    from pettingllms.config import ConfigError
+    from pettingllms.errors import ConfigError
     from pettingllms.envs.autoevol import sft_data
     from pettingllms.records import write_jsonl
     from pettingllms.trainer import components as comp
@@ -63,23 +63,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _traces(cfg, problems, rows, args, report) -> list:
     from pettingllms.envs.autoevol import sft_data
-    from pettingllms.algorithms.config_access import cfg_get
-    from pettingllms.mas.budgets import MasBudgets
     from pettingllms.policies.mapping import resolve_policies
     from pettingllms.rollout.engines.base import SamplingParams
-    from pettingllms.rollout.runner import _sampling_dict
-    from pettingllms.trainer import components as comp
+    from pettingllms.trainer import assemble
 
-    plan = resolve_policies(cfg, ["designer", "executor"])
+    plan = resolve_policies(assemble.mapping_config(cfg), ["designer", "executor"])
     policy = plan.agent_policy["executor"]
-    engine = comp.build_rollout_engine(cfg, {name: s.base for name, s in plan.specs.items()})
+    settings = assemble.rollout_settings(cfg)
+    engine = assemble.build_rollout_engine(cfg, {name: s.base for name, s in plan.specs.items()})
     wanted = {str(p["id"]) for p in problems}
     designs = [r for r in rows if r["problem_id"] in wanted]
     t0 = time.perf_counter()
     try:
         traces, stats = sft_data.executor_rows(problems, designs, engine, policy,
-                                               SamplingParams(n=1, **_sampling_dict(cfg.rollout.sampling)),
-                                               MasBudgets.from_cfg(cfg_get(cfg, "mas.budgets", None)), args.seed,
+                                               SamplingParams(n=1, **settings.sampling), settings.mas_budgets, args.seed,
                                                args.executions)
     finally:
         engine.close()

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from pettingllms.cli.config_loading import load_config
-    from pettingllms.config import ConfigError
+    from pettingllms.errors import ConfigError
     from pettingllms.envs.grid_cold_start import cold_start_rows
     from pettingllms.records import write_jsonl
     from pettingllms.trainer import components as comp
@@ -61,12 +61,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tool_generator(cfg):
     from pettingllms.policies.mapping import resolve_policies
-    from pettingllms.rollout.runner import _sampling_dict
-    from pettingllms.trainer import components as comp
+    from pettingllms.trainer import assemble
 
-    plan = resolve_policies(cfg, ["tool", "plan"])
-    engine = comp.build_rollout_engine(cfg, {name: s.base for name, s in plan.specs.items()})
-    return engine, plan.agent_policy["tool"], _sampling_dict(cfg.rollout.sampling)
+    plan = resolve_policies(assemble.mapping_config(cfg), ["tool", "plan"])
+    engine = assemble.build_rollout_engine(cfg, {name: s.base for name, s in plan.specs.items()})
+    return engine, plan.agent_policy["tool"], assemble.rollout_settings(cfg).sampling
 
 
 def _generate(engine, policy: str, sampling: dict, prompts: list, seed: int) -> list[str]:

@@ -18,7 +18,7 @@ untrained embedded model solves at 10-60%). On sudoku_easy the untrained model a
 a valid move (docs/results/easy_levels.md), so its column starts from a cold start:
     mas             MAS, untrained
     mas_sft         MAS after a plan-agent SFT on solved train puzzles   (eval of the SFT checkpoint)
-    at_grpo_l1_sft  AT-GRPO L1 from that SFT checkpoint                   (train, trainer.init_from)
+    at_grpo_l1_sft  AT-GRPO L1 from that SFT checkpoint                   (train, trainer.checkpoint.init_from)
 The cold start runs once per seed, before the first row that needs it: build_grid_sft.py rows
 (--cold-start-problems train puzzles) and configs/grid_cold_start.yaml's SFT, into
 WORK/cold_start/<column>/seed<S>/ (finished when its cold_start.json exists); its wall time is
@@ -149,16 +149,16 @@ def run_overrides(s: Settings, column: str, row: Row, seed: int) -> list[str]:
               f"eval.k={s.eval_k}", f"eval.limit={eval_limit(s, column)}",
               "eval.batch_problems=16"]
     if row.mode == "train":
-        common += [f"trainer.total_steps={s.steps}", f"trainer.val_freq={s.val_every}",
-                   f"trainer.save_freq={s.val_every}", "trainer.keep_checkpoints=1", "trainer.lr=1e-4",
-                   "trainer.warmup_steps=1", f"trainer.output_dir={s.work / 'runs'}",
-                   f"trainer.run_name={row.name}-s{seed}", "trainer.resume=auto",
-                   "trainer.save_trajectories=false", "trainer.progress_bar=false"]
+        common += [f"trainer.total_steps={s.steps}", f"trainer.validation.val_freq={s.val_every}",
+                   f"trainer.checkpoint.save_freq={s.val_every}", "trainer.checkpoint.keep_checkpoints=1", "trainer.optim.lr=1e-4",
+                   "trainer.optim.warmup_steps=1", f"trainer.output_dir={s.work / 'runs'}",
+                   f"trainer.run_name={row.name}-s{seed}", "trainer.checkpoint.resume=auto",
+                   "trainer.logging.save_trajectories=false", "trainer.logging.progress_bar=false"]
     else:
         common += [f"eval.output={result_path(s, column, row, seed).with_suffix('.eval.json')}",
                    f"trainer.output_dir={s.work / 'runs'}"]
     if row.cold_start:
-        key = "trainer.init_from" if row.mode == "train" else "eval.checkpoint"
+        key = "trainer.checkpoint.init_from" if row.mode == "train" else "eval.checkpoint"
         common.append(f"{key}={cold_start_dir(s, column, seed) / 'sft'}")
     return common + s.extra
 
@@ -260,7 +260,7 @@ def collect(s: Settings, column: str, row: Row, seed: int, cmd: list[str], wall_
     avg = [(st, v) for st, key, v in val if "/avg@" in key]
     pas = [(st, v) for st, key, v in val if "/pass@" in key]
     if not avg:
-        raise RuntimeError(f"{run_dir}: no validation metrics; trainer.val_freq must divide the steps")
+        raise RuntimeError(f"{run_dir}: no validation metrics; trainer.validation.val_freq must divide the steps")
     rec["val_curve"] = [[st, v] for st, v in avg]
     rec.update(avg=avg[-1][1], pass_=pas[-1][1], k=s.eval_k, problems=eval_limit(s, column),
                env=next(key for _, key, _ in val).split("/")[1])

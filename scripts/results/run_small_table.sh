@@ -59,7 +59,7 @@ if [ "$ENV_NAME" = math ]; then SHARED="$RECIPES/math_L1_prompt.sh" PER_ROLE="$R
 
 SMALL=(env.data_root="$WORK/datasets" "${DATA[@]}" env.max_turns=2 env.train_limit=32
        trainer.output_dir="$OUT/runs" trainer.total_steps="$STEPS"
-       trainer.save_freq=0 trainer.val_freq=0 trainer.progress_bar=false
+       trainer.checkpoint.save_freq=0 trainer.validation.val_freq=0 trainer.logging.progress_bar=false
        rollout.k="$K" rollout.batch_size=2 rollout.sampling.max_new_tokens="$TOKENS"
        eval.k="$K" eval.limit="$PROBLEMS")
 [ "$DRY" = 1 ] && SMALL+=(--dry-run)

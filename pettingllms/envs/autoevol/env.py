@@ -3,7 +3,7 @@
 
 The env holds one problem, the designer's prompt and the grader; the episode itself (M designs x
 N executions per problem, every node call batched through the engine) is played by
-`pettingllms.rollout.strategies.autoevol.AutoEvolRollout`. Graders are the math and code envs'
+`pettingllms.rollout.autoevol.AutoEvolRollout`. Graders are the math and code envs'
 own: math answers are judged by math-verify against the gold answer (`\\boxed{}` or the last
 number), code answers by the hidden tests' pass ratio (the code env's sandboxed runner).
 

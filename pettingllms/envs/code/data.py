@@ -12,11 +12,9 @@ Offline (always):
 Online (only when the HF hub is reachable and the `datasets` library is installed):
   APPS and CodeContests stdin tasks with a Python reference (train; tests re-run on
   it), LiveCodeBench public tests (test split only: it ships no reference solution).
-No stdin/stdout test may expect empty output (a silent program would pass it). The
-report (logged by the caller) counts what each check dropped.
-
-Row: id, source, kind ("function" | "io"), question, entry_point, starter, reference,
-tests (JSON: list of assert snippets for "function", list of {input, output} for "io").
+Every row's tests are checked in the sandbox before it is kept (the row format and the
+checks: `rows.py`); the report (logged by the caller) counts what each check dropped.
+`code_easy` (a folder of that name) is built by `easy.py`.
 """
 from __future__ import annotations
 
@@ -31,28 +29,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs.code.execution import function_program, outputs_match, solution_program
-from pettingllms.envs.dataset import new_output_dir
+from pettingllms.envs.code.easy import build_easy
+from pettingllms.envs.code.execution import outputs_match
 from pettingllms.envs.code.parsing import humaneval_tests
-from pettingllms.sandbox import SandboxLimits, run_many
+from pettingllms.envs.code.rows import (BUILD_LIMITS, MAX_REF_TESTS, verify_function_rows, verify_io_rows,
+                                        write_split)
+from pettingllms.envs.dataset import new_output_dir
+from pettingllms.sandbox import run_many
 
 DATA_NAMES = ("code", "code_easy")  # what training builds on first use (pettingllms.envs.dataset)
-DATA_VERSIONS = {"code_easy": 2}  # 2: six two-step templates (docs/results/easy_levels.md)
+DATA_VERSIONS = {"code_easy": 2}  # raise when the rows change: older folders are then reported
 
 log = logging.getLogger(__name__)
-BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)
-MAX_REF_TESTS = 10
 MAX_IO_CHARS = 1500
 IO_FORMAT = ("Input/output: your program reads the inputs as one JSON object (keys are the "
              "input names above) from standard input and prints the returned value as JSON "
              "(json.dumps) on standard output.")
-
-
-def _spread(items: list, k: int) -> list:
-    """k items evenly spaced over the list (keeps first and last), order kept."""
-    if len(items) <= k:
-        return items
-    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
 
 
 # --- HumanEval --------------------------------------------------------------------------
@@ -163,74 +155,6 @@ def codeio_rows(n_tasks: int, tests_per_task: int, seed: int) -> tuple[list[dict
     return rows, stats
 
 
-# --- verification -----------------------------------------------------------------------
-
-NO_OP = "pass"  # a candidate that does nothing: it must fail at least one kept test
-
-
-def _passed(jobs: list[tuple[str, str]], marker: str) -> list[bool]:
-    results = run_many(jobs, BUILD_LIMITS)
-    _refused(results)
-    return [r.ok and r.stdout.rstrip().endswith(marker) for r in results]
-
-
-def _refused(results: list) -> None:
-    """A build whose runs the sandbox refuses would silently drop every test: stop it."""
-    from pettingllms.config import ConfigError
-
-    refused = next((r.error for r in results if (r.error or "").startswith("refused")), None)
-    if refused:
-        raise ConfigError(f"cannot verify the code dataset: sandbox {refused}")
-
-
-def verify_function_rows(rows: list[dict]) -> dict:
-    """Keep the assert tests the reference passes and a no-op body fails, so a correct
-    solution scores 1 and code that does nothing scores 0; rows left with no test go."""
-    marker = "__ref_ok_" + os.urandom(6).hex()
-    ref = _passed([(function_program(r["reference"], t, marker), "")
-                   for r in rows for t in r["tests"]], marker)
-    noop = _passed([(function_program(solution_program("function", r["starter"], NO_OP), t,
-                                      marker), "") for r in rows for t in r["tests"]], marker)
-    stats = {"ref_failed_tests": 0, "noop_passed_tests": 0, "dropped_rows": []}
-    i = 0
-    for r in rows:
-        kept = []
-        for t in r["tests"]:
-            stats["ref_failed_tests"] += not ref[i]
-            stats["noop_passed_tests"] += ref[i] and noop[i]
-            if ref[i] and not noop[i]:
-                kept.append(t)
-            i += 1
-        r["tests"] = _spread(kept, MAX_REF_TESTS)
-    stats["dropped_rows"] = [r["id"] for r in rows if not r["tests"]]
-    rows[:] = [r for r in rows if r["tests"]]
-    return stats
-
-
-def verify_io_rows(rows: list[dict], run_reference: bool) -> dict:
-    """Drop stdin/stdout tests that a silent program passes (empty expected output) and,
-    with `run_reference`, those the row's reference does not reproduce; then empty rows."""
-    stats = {"silent_passed_tests": 0, "ref_failed_tests": 0, "dropped_rows": []}
-    for r in rows:
-        kept = [t for t in r["tests"] if not outputs_match("", t["output"])]
-        stats["silent_passed_tests"] += len(r["tests"]) - len(kept)
-        r["tests"] = kept
-    if run_reference:
-        todo = [r for r in rows if r["reference"].strip()]
-        results = run_many([(r["reference"], t["input"]) for r in todo for t in r["tests"]],
-                           BUILD_LIMITS)
-        _refused(results)
-        it = iter(results)
-        for r in todo:
-            kept = [t for t in r["tests"] if (res := next(it)).ok
-                    and outputs_match(res.stdout, t["output"])]
-            stats["ref_failed_tests"] += len(r["tests"]) - len(kept)
-            r["tests"] = kept
-    stats["dropped_rows"] = [r["id"] for r in rows if not r["tests"]]
-    rows[:] = [r for r in rows if r["tests"]]
-    return stats
-
-
 # --- online sources ---------------------------------------------------------------------
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -318,7 +242,6 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
           humaneval_limit: int | None = None, io_tasks: int = 120, tests_per_io_task: int = 5,
           test_fraction: float = 0.25, online_limit: int = 500) -> dict:
     if Path(out_dir).name == "code_easy":  # the CPU-scale easy level (env.data=code_easy)
-        from pettingllms.envs.code.easy import build_easy
         return build_easy(out_dir, seed=seed)
     out = new_output_dir(out_dir)
     report: dict[str, Any] = {"seed": seed}
@@ -358,13 +281,3 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
         write_split(out / f"{name}.parquet", rows)
         report[name] = len(rows)
     return report
-
-
-def write_split(path: Path, rows: list[dict]) -> None:
-    """One split's rows as parquet (tests as a JSON string column)."""
-    import pandas as pd
-
-    frame = pd.DataFrame([{**r, "tests": json.dumps(r["tests"])} for r in rows],
-                         columns=["id", "source", "kind", "question", "entry_point",
-                                  "starter", "reference", "tests"])
-    frame.to_parquet(path, index=False)

@@ -14,6 +14,9 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
+from pettingllms.envs.code.rows import verify_function_rows, write_split
+from pettingllms.envs.dataset import new_output_dir
+
 # name -> (signature, docstring, body, python implementation, argument sampler, constant range)
 # `{n}` in a template is the task's constant; the sampler draws one call's arguments.
 _Sampler = Callable[[random.Random], tuple]
@@ -155,9 +158,6 @@ def easy_rows(seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 
 def build_easy(out_dir: str | Path, *, seed: int = 0) -> dict[str, Any]:
-    from pettingllms.envs.code.data import verify_function_rows, write_split
-    from pettingllms.envs.dataset import new_output_dir
-
     out = new_output_dir(out_dir)  # never writes over a split that is already there
     train, test = easy_rows(seed)
     report: dict[str, Any] = {"seed": seed, "preset": "code_easy", "templates": len(TEMPLATES)}

@@ -11,8 +11,8 @@ Presets (`build(..., preset=NAME)`; NAME is also the dataset folder name):
              seeded reasoning-gym generators (train + test), CHAMP (test).
   math_easy  the CPU quick start's curriculum: seeded single-digit addition and
              multiplication and two-digit addition; train and test use disjoint
-             operand pairs. Per issue 3's calibration the embedded model gets these
-             right ~40-50% / ~13% of the time, so groups of 4 samples are mostly mixed.
+             operand pairs. Easy enough that the embedded model gets some but not all of
+             them right, so groups of 4 samples are mostly mixed.
 `sources=[...]` overrides the preset's list. Every source that was asked for but
 could not be used is listed under `skipped` in the report, with the reason.
 """

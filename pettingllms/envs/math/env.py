@@ -9,7 +9,7 @@ Answers
             is the program's last printed line (see `tool_answer_from_output`).
   reasoner  answers in \\boxed{}. Unless `strict_boxed`, a reply without \\boxed{} is
             read by its last number instead: a reward-shaping choice for small models
-            that seldom box their answer (the calibration in issue 3).
+            that seldom box their answer.
 
 Rewards (1.0 or 0.0, judged by `verify.answers_equal` against the problem's `answer`)
   local (step's return)  the acting agent's own answer is correct.

@@ -26,6 +26,8 @@ import threading
 from collections import Counter
 from fractions import Fraction
 
+from pettingllms.utils import counters
+
 MAX_ANSWER_CHARS = 200  # longer "answers" are not answers; also bounds parser time
 MAX_EXPONENT = 10_000  # |exponent| bound for literal powers (10^10000 is still cheap)
 MAX_FACTORIAL_ARG = 1_000
@@ -49,6 +51,9 @@ def judge_counts() -> dict[str, int]:
     """{"errors/<exception type>": n} since the process started."""
     with _errors_lock:
         return dict(_errors)
+
+
+counters.register("judge", judge_counts)  # per-run metrics on Batch.counters
 
 
 def _judge_error(e: Exception, gold: str, pred: str) -> None:

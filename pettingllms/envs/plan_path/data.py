@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs.grid_common import build_splits, choose_tier, preset_of
+from pettingllms.envs.grid.splits import build_splits, choose_tier, preset_of
 from pettingllms.envs.plan_path.game import generate
 
 # tier -> (height, width, obstacle density, min start-goal distance, share of rows)
@@ -22,9 +22,9 @@ TIERS = {
 }
 
 
-# `plan_path_easy` (env.data=plan_path_easy): tiny open grids, goal 1-2 moves away. A 135M model
-# scores ~0-6% with the goal 2-4 moves away; here its untrained success is in the 10-60% band
-# (docs/results/easy_levels.md), so RL at CPU scale has mixed groups to learn from.
+# `plan_path_easy` (env.data=plan_path_easy): tiny open grids, goal 1-2 moves away: close enough
+# that a 135M model's untrained success is in the 10-60% band (docs/results/easy_levels.md), so
+# RL at CPU scale has mixed groups to learn from.
 EASY_TIERS = {"tiny": (3, 3, 0.1, 1, 0.5), "tiny4": (4, 4, 0.1, 1, 0.5)}
 EASY_MAX_DISTANCE = 2
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}

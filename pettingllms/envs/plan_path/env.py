@@ -1,4 +1,4 @@
-"""Grid shortest-path planning with a tool agent and a plan agent; see envs/grid_common.py.
+"""Grid shortest-path planning with a tool agent and a plan agent; see envs/grid/env.py.
 
 Success: standing on the goal. Progress (in [0, 1], 1 only at the goal):
 max(0, 1 - d(position) / d(start)) with d the BFS distance to the goal. On success the
@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pettingllms.envs.grid_common import (MOVE_DELTAS, MoveGridEnv, cell_words, offset_words, register_variants,
-                                          render_grid)
+from pettingllms.envs.grid.actions import MOVE_DELTAS
+from pettingllms.envs.grid.env import MoveGridEnv, register_variants
+from pettingllms.envs.grid.render import cell_words, offset_words, render_grid
 from pettingllms.envs.plan_path import prompts
 from pettingllms.envs.plan_path.game import distances, free, shortest_path
 

@@ -8,7 +8,7 @@ import random
 from collections import deque
 from typing import Optional
 
-from pettingllms.envs.grid_common import MOVE_DELTAS
+from pettingllms.envs.grid.actions import MOVE_DELTAS
 
 Pos = tuple[int, int]
 

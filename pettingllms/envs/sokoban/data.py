@@ -10,7 +10,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs.grid_common import MOVE_DELTAS, build_splits, choose_tier, preset_of
+from pettingllms.envs.grid.actions import MOVE_DELTAS
+from pettingllms.envs.grid.splits import build_splits, choose_tier, preset_of
 from pettingllms.envs.sokoban.game import Level, generate, solve
 
 # tier -> (height, width incl. outer walls, boxes, share of rows)
@@ -23,8 +24,8 @@ TIERS = {
 
 # `sokoban_easy` (env.data=sokoban_easy): an open room, one box next to its target and the player
 # at most one step from the cell behind the box, so one push (after at most one step) solves it.
-# Fields as TIERS. A 135M model cannot plan the walk around a box (0% on 3-move levels); here its
-# untrained success is in the 10-60% band (docs/results/easy_levels.md), so RL has mixed groups.
+# Fields as TIERS. A 135M model cannot plan the walk around a box; here its untrained success is
+# in the 10-60% band (docs/results/easy_levels.md), so RL has mixed groups.
 EASY_TIERS = {"3x3": (5, 5, 1, 0.15), "3x4": (5, 6, 1, 0.2), "4x3": (6, 5, 1, 0.2), "4x4": (6, 6, 1, 0.25),
               "4x5": (6, 7, 1, 0.2)}
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}

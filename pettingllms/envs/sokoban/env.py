@@ -1,4 +1,4 @@
-"""Sokoban with a tool agent and a plan agent; see envs/grid_common.py for turns and rewards.
+"""Sokoban with a tool agent and a plan agent; see envs/grid/env.py for turns and rewards.
 
 Success: every box on a target. Progress (shaped, in [0, 1], 1 only when solved):
 0.5 * (boxes on targets / boxes) + 0.5 * max(0, 1 - D / D0), where D is the sum over boxes
@@ -10,7 +10,8 @@ import dataclasses
 import json
 from typing import Any
 
-from pettingllms.envs.grid_common import MoveGridEnv, cell_words, offset_words, register_variants, render_grid
+from pettingllms.envs.grid.env import MoveGridEnv, register_variants
+from pettingllms.envs.grid.render import cell_words, offset_words, render_grid
 from pettingllms.envs.sokoban import prompts
 from pettingllms.envs.sokoban.game import Level, parse_rows, solve, try_move
 

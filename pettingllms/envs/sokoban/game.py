@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-from pettingllms.envs.grid_common import MOVE_DELTAS
+from pettingllms.envs.grid.actions import MOVE_DELTAS
 
 Pos = tuple[int, int]
 

@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs.grid_common import build_splits, choose_tier, preset_of
+from pettingllms.envs.grid.splits import build_splits, choose_tier, preset_of
 from pettingllms.envs.sudoku.game import generate
 
 # tier -> (box_h, box_w, min blanks, max blanks, share of rows)
@@ -18,10 +18,10 @@ TIERS = {
     "4x4": (2, 2, 6, 10, 0.6),
     "9x9": (3, 3, 30, 50, 0.4),
 }
-# `sudoku_easy` (env.data=sudoku_easy): 4x4 grids with 1-2 blanks. The untrained 135M model
-# scores 0% with 2-4 blanks and still only ~4% here (docs/results/easy_levels.md), below the
-# 10-60% where RL has mixed groups; scripts/train/sudoku/sudoku_easy_cold_start.sh starts it
-# from a short SFT on solved train puzzles (pettingllms/envs/grid_cold_start.py).
+# `sudoku_easy` (env.data=sudoku_easy): 4x4 grids with 1-2 blanks. Even here the untrained 135M
+# model stays below the 10-60% success where RL has mixed groups (docs/results/easy_levels.md);
+# scripts/train/sudoku/sudoku_easy_cold_start.sh starts it from a short SFT on solved train
+# puzzles (pettingllms/envs/grid_cold_start.py).
 EASY_TIERS = {"4x4_easy": (2, 2, 1, 2, 1.0)}
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}
 DATA_NAMES = ("sudoku", "sudoku_easy")  # what training builds on first use (pettingllms.envs.dataset)

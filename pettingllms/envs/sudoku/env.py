@@ -1,4 +1,4 @@
-"""Sudoku (4x4 and 9x9) with a tool agent and a plan agent; see envs/grid_common.py.
+"""Sudoku (4x4 and 9x9) with a tool agent and a plan agent; see envs/grid/env.py.
 
 Moves: (row, col, value), 1-based, value 0 empties a non-given cell; or a whole grid.
 Success: the grid passes the rule check (any valid solution that keeps the givens).
@@ -11,7 +11,9 @@ import json
 import re
 from typing import Any
 
-from pettingllms.envs.grid_common import GridTaskEnv, Outcome, ParsedActions, register_variants, render_grid
+from pettingllms.envs.grid.actions import ParsedActions
+from pettingllms.envs.grid.env import GridTaskEnv, Outcome, register_variants
+from pettingllms.envs.grid.render import render_grid
 from pettingllms.envs.sudoku import prompts
 from pettingllms.envs.sudoku.game import conflicts, is_solution, search
 

@@ -22,8 +22,10 @@ def build_verl_policies(cfg: Any, agents: Sequence[str], cluster: Any, sync_dir:
     folder on this node)."""
     from pettingllms.policies import PolicySet, resolve_policies
     from pettingllms.policies.verl.worker import VerlPolicyWorker
+    from pettingllms.trainer.assemble import mapping_config
 
-    plan = resolve_policies(cfg, agents)
+    mapping = mapping_config(cfg)
+    plan = resolve_policies(mapping, agents)
     workers = {}
     try:
         for i, (name, spec) in enumerate(plan.specs.items()):
@@ -34,5 +36,4 @@ def build_verl_policies(cfg: Any, agents: Sequence[str], cluster: Any, sync_dir:
         for w in workers.values():
             w.close()
         raise
-    phases = list(getattr(cfg.trainer, "phases", None) or [])
-    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=phases)
+    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=list(mapping.phases))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.policies.verl import cpu
 

@@ -26,9 +26,9 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import Tensor
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import PolicySpec
-from pettingllms.policies.worker import check_samples, lr_lambda, mini_batch_plan
+from pettingllms.policies.training import check_samples, lr_lambda, mini_batch_plan
 from pettingllms.policies.verl import batch as vb
 from pettingllms.policies.verl.setup import RayCluster, training_worker_config
 from pettingllms.records import Sample

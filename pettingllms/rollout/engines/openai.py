@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, check_params
 from pettingllms.rollout.engines.weights import WeightUpdate, write_adapter
 from pettingllms.utils.seeding import derive_seed

@@ -93,12 +93,12 @@ class LoraFactor:
 
     def merge(self, base: Tensor, out: Tensor, kernel: Any = None) -> Tensor:
         """out = base + delta, summed in fp32 and rounded to out's dtype (out may be base). With
-        `kernel` (`cpu_kernels.load()`) and bf16 CPU weights: one pass in our kernel (its own
+        `kernel` (`hf_runtime.cpu_kernels.load()`) and bf16 CPU weights: one pass in our kernel (its own
         summation order over the rank); else torch's fp32 delta. Engines and trainers that must
         agree bit for bit pass the same `kernel`."""
         if kernel is not None and not self.fan_in_fan_out and base.dtype == out.dtype == torch.bfloat16 \
                 and base.device.type == out.device.type == "cpu" and base.is_contiguous() and out.is_contiguous():
-            from pettingllms.rollout.engines import cpu_kernels
+            from pettingllms.rollout.engines.hf_runtime import cpu_kernels
             b = (self.b.detach().float() * float(self.scaling)).contiguous()
             cpu_kernels.lora_merge(kernel, base, b, self.a.detach().float().contiguous(), out)
             return out

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
 
 __all__ = ["Backend", "GenerationStats", "Runner", "make_backend"]

@@ -6,7 +6,7 @@ only through this protocol:
     policies = backend.build_policies(agents)        # PolicySet: one PolicyWorker per policy
     backend.start(bases)                             # engine(s): policy name -> base model path
     backend.check_trainable()                        # training only: the engine can feed it
-    batch = backend.runner(cfg).run(problems, seed, step=step)   # rollout -> typed Batch
+    batch = backend.runner(settings).run(problems, seed, step=step)   # rollout -> typed Batch
     backend.pause_engines()                          # e.g. vLLM sleep mode while policies train
     ... advantages, worker.update(...) ...
     backend.sync_weights(updated_names)              # WeightUpdate records -> engine(s)
@@ -26,6 +26,7 @@ from typing import Any, Callable, Protocol
 from omegaconf import DictConfig
 
 from pettingllms.records import Batch
+from pettingllms.rollout.runner import RolloutSettings
 
 
 class Runner(Protocol):
@@ -55,9 +56,9 @@ class Backend(ABC):
 
     def build_policies(self, agents: list[str]) -> Any:
         """The policy workers; in-process PolicyWorkers unless a backend places them elsewhere."""
-        from pettingllms.policies import build_policies
+        from pettingllms.trainer.assemble import build_policy_set
 
-        self.policies = build_policies(self.cfg, agents)
+        self.policies = build_policy_set(self.cfg, agents)
         return self.policies
 
     @abstractmethod
@@ -65,8 +66,8 @@ class Backend(ABC):
         """Build the rollout engine(s) serving these policies (name -> base model path)."""
 
     @abstractmethod
-    def runner(self, cfg: DictConfig | None = None) -> Runner:
-        """A rollout runner over the engine(s); `cfg` overrides the rollout settings (evaluation)."""
+    def runner(self, settings: RolloutSettings | None = None) -> Runner:
+        """A rollout runner over the engine(s); `settings` replaces the run's own (evaluation)."""
 
     @abstractmethod
     def apply_updates(self, updates: list[Any]) -> None:

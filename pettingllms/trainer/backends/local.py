@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from pettingllms.rollout.runner import RolloutSettings
 from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
 from pettingllms.trainer.timing import TimedEngine
 
@@ -18,7 +19,8 @@ class LocalBackend(Backend):
         self.engine: TimedEngine | None = None
 
     def start(self, bases: dict[str, str]) -> None:
-        from pettingllms.trainer.components import build_rollout_engine, policy_lora_ranks
+        from pettingllms.trainer.assemble import build_rollout_engine
+        from pettingllms.trainer.components import policy_lora_ranks
 
         engine = self._given
         if engine is None:
@@ -31,17 +33,18 @@ class LocalBackend(Backend):
                     share(name, base())
         self.engine = TimedEngine(engine)
 
-    def runner(self, cfg: DictConfig | None = None) -> Runner:
-        from pettingllms.rollout import make_runner
+    def runner(self, settings: RolloutSettings | None = None) -> Runner:
+        from pettingllms.trainer.assemble import make_runner, rollout_settings
 
-        return make_runner(self.engine, self.env_factory, dict(self.policies.agent_policy), cfg or self.cfg)
+        return make_runner(self.engine, self.env_factory, dict(self.policies.agent_policy),
+                           settings or rollout_settings(self.cfg))
 
     def apply_updates(self, updates: list[Any]) -> None:
         for update in updates:
             self.engine.update_weights(update)
 
     def check_trainable(self) -> None:
-        from pettingllms.config import ConfigError
+        from pettingllms.errors import ConfigError
 
         check = getattr(self.engine.inner, "training_problem", None)
         problem = check() if check is not None else None

@@ -24,9 +24,10 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
 from pettingllms.records import Batch
 from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
+from pettingllms.utils.counters import sum_counters
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding `pettingllms/`
 
@@ -66,28 +67,28 @@ class RolloutWorker:
 
         import torch
 
-        from pettingllms.config import validate
-        from pettingllms.trainer.components import build_rollout_engine, make_env_factory
-        from pettingllms.trainer.timing import TimedEngine
+        from pettingllms.config.validate import validate
+        from pettingllms.rollout.runner import RolloutSettings
+        from pettingllms.trainer.assemble import build_rollout_engine, rollout_settings
+        from pettingllms.trainer.components import make_env_factory
 
         self.index = index
         for module in cfg.get("ray", {}).get("worker_imports") or []:  # first: a module may register
             importlib.import_module(str(module))                         # a custom env the config names
         self.cfg = validate(OmegaConf.create(cfg))
-        if int(self.cfg.trainer.threads) > 0:
-            torch.set_num_threads(int(self.cfg.trainer.threads))
+        torch.set_num_threads(worker_threads(self.cfg.trainer.threads, self.cfg.ray.cpus_per_worker,
+                                             torch.get_num_threads()))
         self.env_factory = make_env_factory(self.cfg)
         self.engine = TimedEngine(build_rollout_engine(self.cfg, bases, lora_ranks))
         self.agent_policy = dict(agent_policy)
+        self.settings: RolloutSettings = rollout_settings(self.cfg)
 
     def run(self, problems: list[dict], keys: list[str], seed: int, k: int | None, step: int,
-            cfg: dict | None) -> tuple[Batch, GenerationStats]:
-        from pettingllms.config import validate
-        from pettingllms.rollout.runner import Rollout
+            settings: Any = None) -> tuple[Batch, GenerationStats]:
+        from pettingllms.trainer.assemble import make_runner
 
         self.engine.reset_counters()
-        rcfg = validate(OmegaConf.create(cfg)) if cfg is not None else self.cfg
-        batch = Rollout(self.engine, self.env_factory, self.agent_policy, rcfg).run(
+        batch = make_runner(self.engine, self.env_factory, self.agent_policy, settings or self.settings).run(
             problems, seed, k, step=step, keys=keys)
         return batch, GenerationStats(self.engine.generate_s, self.engine.generated_tokens, 0.0)
 
@@ -113,10 +114,22 @@ class RolloutWorker:
         self.engine.close()
 
 
+def worker_threads(setting: Any, cpus_per_worker: float, current: int) -> int:
+    """A rollout worker's torch threads for `trainer.threads`: a count as given; `auto` the CPUs
+    Ray reserved for the worker (ray.cpus_per_worker, at least one): the box's free cores are the
+    driver's to count, not each worker's; 0 keeps `current` (Ray's OMP_NUM_THREADS default)."""
+    from pettingllms.utils.threads import parse_threads
+
+    value = parse_threads(setting)
+    if value == "auto":
+        return max(1, int(cpus_per_worker))
+    return int(value) if int(value) > 0 else int(current)
+
+
 class _RayRunner:
-    def __init__(self, backend: "RayBackend", cfg: DictConfig | None) -> None:
+    def __init__(self, backend: "RayBackend", settings: Any) -> None:
         self.backend = backend
-        self.cfg = None if cfg is None else OmegaConf.to_container(cfg, resolve=True)
+        self.settings = settings  # RolloutSettings or None (each worker's own); pickled to the workers
 
     def run(self, problems: list[dict[str, Any]], seed: int, k: int | None = None, *, step: int = 0) -> Batch:
         from pettingllms.rollout.runner import unique_keys
@@ -125,13 +138,14 @@ class _RayRunner:
         workers = self.backend.workers
         n = len(problems)
         slices = [(i * n // len(workers), (i + 1) * n // len(workers)) for i in range(len(workers))]
-        calls = [(i, workers[i].run.remote(problems[a:b], keys[a:b], seed, k, step, self.cfg))
+        calls = [(i, workers[i].run.remote(problems[a:b], keys[a:b], seed, k, step, self.settings))
                  for i, (a, b) in enumerate(slices) if b > a]
         results = self.backend.gather(calls, "rollout")
         stats = self.backend.stats
         stats.generate_s += max((s.generate_s for _, s in results), default=0.0)  # workers run in parallel
         stats.generated_tokens += sum(s.generated_tokens for _, s in results)
-        return Batch(step=step, episodes=[e for batch, _ in results for e in batch.episodes])
+        return Batch(step=step, episodes=[e for batch, _ in results for e in batch.episodes],
+                     counters=sum_counters(batch.counters for batch, _ in results))  # workers' sandbox/judge
 
 
 class RayBackend(Backend):
@@ -199,8 +213,8 @@ class RayBackend(Backend):
                                    f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
         return [done[ref] for _, ref in calls]
 
-    def runner(self, cfg: DictConfig | None = None) -> Runner:
-        return _RayRunner(self, None if cfg is None or cfg is self.cfg else cfg)
+    def runner(self, settings: Any = None) -> Runner:
+        return _RayRunner(self, settings)
 
     def apply_updates(self, updates: list[Any]) -> None:
         import ray

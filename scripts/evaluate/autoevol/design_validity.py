@@ -63,11 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from pettingllms.cli.config_loading import load_config
-    from pettingllms.config import ConfigError
+    from pettingllms.errors import ConfigError
     from pettingllms.trainer import checkpoint as ckpt_io
     from pettingllms.trainer import components as comp
     from pettingllms.trainer.backends import make_backend
-    from pettingllms.trainer.evaluation import eval_config
+    from pettingllms.trainer.assemble import rollout_settings
+    from pettingllms.trainer.evaluation import eval_settings
     from pettingllms.utils.seeding import derive_seed, set_seed
 
     try:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if ckpt is not None:
             ckpt_io.load_policies(ckpt, policies.workers, weights_only=True)
             backend.sync_weights()
-        runner = backend.runner(eval_config(cfg, 1))
+        runner = backend.runner(eval_settings(rollout_settings(cfg), 1, float(cfg.eval.temperature)))
         batch = runner.run(problems, seed=derive_seed(int(cfg.seed), "validity") % (2**31), k=1)
     finally:
         backend.close()

@@ -9,4 +9,4 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
 cd "$ROOT"
-exec "$PYTHON" -m pettingllms.train --config-name autoevol_cotrain_split "trainer.init_from=${INIT:-}" "$@"
+exec "$PYTHON" -m pettingllms.train --config-name autoevol_cotrain_split "trainer.checkpoint.init_from=${INIT:-}" "$@"

@@ -7,4 +7,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
 recipe train at_grpo_shared plan_path plan_path_easy env.data=plan_path_easy env.max_turns=2 \
   rollout.batch_size=4 rollout.k=4 rollout.sampling.max_new_tokens=192 \
-  trainer.total_steps=30 trainer.save_freq=10 trainer.val_freq=10 eval.k=4 eval.limit=32 "$@"
+  trainer.total_steps=30 trainer.checkpoint.save_freq=10 trainer.validation.val_freq=10 eval.k=4 eval.limit=32 "$@"

@@ -6,7 +6,7 @@
 #   1. rows: scripts/dataprocess/build_grid_sft.py (the plan agent's real turn-1 prompt after a tool
 #      turn the model generated; the solver's answer), into $DATA unless it is there;
 #   2. SFT: configs/grid_cold_start.yaml into outputs/grid_cold_start/$RUN, unless that run finished;
-#   3. AT-GRPO: scripts/train/sudoku/sudoku_easy.sh trainer.init_from=<that run> and your arguments.
+#   3. AT-GRPO: scripts/train/sudoku/sudoku_easy.sh trainer.checkpoint.init_from=<that run> and your arguments.
 #   PROBLEMS=256 bash scripts/train/sudoku/sudoku_easy_cold_start.sh [trainer overrides] [--dry-run]
 # --dry-run prints the AT-GRPO config (and builds and trains nothing).
 set -euo pipefail
@@ -21,4 +21,4 @@ case " $* " in
      [ -f "$SFT_DIR/sft_summary.json" ] || "$PYTHON" -m pettingllms.sft --config-name grid_cold_start \
        "sft.data=$DATA/train.jsonl" "trainer.run_name=$RUN" ;;
 esac
-exec bash scripts/train/sudoku/sudoku_easy.sh "trainer.init_from=$SFT_DIR" experiment=sudoku_easy_cold_start "$@"
+exec bash scripts/train/sudoku/sudoku_easy.sh "trainer.checkpoint.init_from=$SFT_DIR" experiment=sudoku_easy_cold_start "$@"

@@ -1,4 +1,4 @@
-"""MetaAgent-X rollout (`rollout.strategy: autoevol`): M designs x N executions per problem.
+"""MetaAgent-X's runner (`rollout.strategy: autoevol`): M designs x N executions per problem.
 
 Same surface as `pettingllms.rollout.runner.Rollout` (`run(problems, seed, k, step) -> Batch`),
 so the trainer, advantages, metrics and evaluation use it unchanged. One step:
@@ -22,11 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from pettingllms.algorithms.config_access import cfg_get
 from pettingllms.envs.autoevol.env import AutoEvolEnv, design_source
+from pettingllms.mas.executor import DesignJob
+from pettingllms.mas.executor import run_designs as run_designs_in_sandbox
 from pettingllms.records import Batch, Episode, Sample, Step
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
-from pettingllms.rollout.runner import _check_outputs, _sampling_dict, derive_seed, unique_keys
+from pettingllms.rollout.runner import RolloutSettings, check_outputs, derive_seed, unique_keys
+from pettingllms.utils.counters import counted
 
 DESIGNER, EXECUTOR = "designer", "executor"
 
@@ -49,16 +51,11 @@ def executor_group_key(problem_key: str, design: int, rule: str) -> tuple:
     return (problem_key, EXECUTOR) if rule == "question" else (problem_key, f"d{design}", EXECUTOR)
 
 
-def _default_run_designs() -> Callable[..., list]:
-    from pettingllms.mas.executor import run_designs
-    return run_designs
-
-
 class AutoEvolRollout:
     """`run_designs` defaults to the sandboxed MAS executor; tests may pass a scripted one."""
 
     def __init__(self, engine: RolloutEngine, env_factory: Callable[[], AutoEvolEnv],
-                 agent_policy: Mapping[str, str], cfg: Any,
+                 agent_policy: Mapping[str, str], settings: RolloutSettings,
                  run_designs: Callable[..., list] | None = None) -> None:
         self.engine = engine
         self.env_factory = env_factory
@@ -67,9 +64,10 @@ class AutoEvolRollout:
             if agent not in self.agent_policy:
                 raise ValueError(f"rollout.strategy=autoevol needs a policy for agent '{agent}' "
                                  f"(env.name=autoevol); got {sorted(self.agent_policy)}")
-        self.cfg = cfg
-        self.run_designs = run_designs or _default_run_designs()
+        self.settings = settings
+        self.run_designs = run_designs or run_designs_in_sandbox
 
+    @counted  # Batch.counters: the designs' sandbox runs (as Rollout.run)
     def run(self, problems: list[dict[str, Any]], seed: int, k: int | None = None, *,
             step: int = 0, keys: list[str] | None = None) -> Batch:
         """`keys` as in Rollout.run: the whole batch's problem keys when a caller splits it."""
@@ -93,13 +91,9 @@ class AutoEvolRollout:
                                           for d in designs])
 
     # ------------------------------------------------------------------ phases
-    def _sampling(self) -> dict[str, Any]:
-        return _sampling_dict(cfg_get(self.cfg, "rollout.sampling", None))
-
     def _design(self, envs: list[tuple[str, AutoEvolEnv]], m: int, seed: int) -> list[_Design]:
         # a design is a program, longer than one node's reply: the designer's own token budget
-        sampling = {**self._sampling(),
-                    "max_new_tokens": int(cfg_get(self.cfg, "mas.designer_sampling.max_new_tokens", 768))}
+        sampling = {**self.settings.sampling, "max_new_tokens": self.settings.designer_max_new_tokens}
         policy = self.agent_policy[DESIGNER]
         requests = [GenerationRequest(messages=env.observation(DESIGNER), policy=policy,
                                       params=SamplingParams(n=m, seed=derive_seed(seed, key, DESIGNER),
@@ -107,20 +101,18 @@ class AutoEvolRollout:
                                       request_id=f"{key}/design")
                     for key, env in envs]
         outputs = self.engine.generate(requests)
-        _check_outputs(requests, outputs)
+        check_outputs(requests, outputs)
         return [_Design(key=key, env=env, index=i, completion=c, source=design_source(c.text))
                 for (key, env), comps in zip(envs, outputs) for i, c in enumerate(comps)]
 
     def _execute(self, designs: list[_Design], n: int, seed: int) -> dict[str, Any]:
-        from pettingllms.mas.executor import DesignJob, MasBudgets
-
         jobs = [DesignJob(design_source=d.source, question=d.env.question, job_id=_job_id(d, j))
                 for d in designs if d.source is not None for j in range(n)]
         if not jobs:
             return {}
-        sampling = SamplingParams(n=1, **self._sampling())
+        sampling = SamplingParams(n=1, **self.settings.sampling)
         results = self.run_designs(jobs, self.engine, self.agent_policy[EXECUTOR], sampling,
-                                   MasBudgets.from_cfg(cfg_get(self.cfg, "mas.budgets", None)),
+                                   self.settings.mas_budgets,
                                    derive_seed(seed, EXECUTOR))
         by_id = {r.job_id: r for r in results}
         missing = [j.job_id for j in jobs if j.job_id not in by_id]

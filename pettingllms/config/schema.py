@@ -1,17 +1,14 @@
-"""The config schema. Hydra composes YAML from `configs/`; this schema types it.
+"""The config schema. Hydra composes YAML from `configs/`; these dataclasses type it.
 
-Every composed config is merged onto `ExperimentConfig`, so a misspelt or unknown
-key fails at once with one message naming it (see `validate`). Free-form blocks
-(`env.options`) are checked by the component that owns them.
+A leaf module (it imports no other part of the project but `mas.budgets`): components import
+their own block's type from here. Every composed config is merged onto `ExperimentConfig` by
+`pettingllms.config.validate`, so a misspelt key fails at once with one message naming it.
+Free-form blocks (`env.options`) are checked by the component that owns them.
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Optional
-
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from pettingllms.mas.budgets import MasBudgets
 
@@ -126,10 +123,10 @@ class AlgorithmConfig:
 
 @dataclass
 class PolicyConfig:
-    """One trainable policy. Unset fields fall back to `model` and `trainer`."""
+    """One trainable policy. Unset fields fall back to `model` and `trainer.optim`."""
     base: Optional[str] = None  # model path; None means model.path
     lora: Optional[LoraConfig] = None  # None means model.lora
-    lr: Optional[float] = None  # None means trainer.lr
+    lr: Optional[float] = None  # None means trainer.optim.lr
     weight_decay: Optional[float] = None
     offload: bool = False  # keep off the hot path while idle (L3)
 
@@ -177,6 +174,45 @@ class RayConfig:
 
 
 @dataclass
+class OptimConfig:
+    """The optimizer and its schedule, per policy update (policies may override lr / weight_decay)."""
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 0
+    lr_schedule: str = "cosine"  # cosine | constant
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclass
+class CheckpointConfig:
+    save_freq: int = 0  # 0: only at the end
+    keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
+    resume: str = "none"  # none | auto | PATH to a checkpoint folder
+    resume_allow_changes: bool = False  # resume with a changed config (recorded in config_changes.jsonl)
+    init_from: str = ""  # start the policies' weights from this checkpoint (e.g. the SFT cold start)
+
+
+@dataclass
+class ValidationConfig:
+    """Held-out evaluation during training (the `eval` block says how: split, k, limit)."""
+    val_freq: int = 0  # 0: never during training
+    val_before: bool = False  # also validate the untrained policy; the run ends printing before -> after
+
+
+@dataclass
+class LoggingConfig:
+    # metric sinks: console, jsonl (always on), tensorboard, wandb, mlflow (trainer/loggers.py)
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    project: str = "pettingllms"  # W&B project (runs grouped by `experiment`); an MLflow tag
+    log_tensorboard: bool = True  # false drops tensorboard from `logger`
+    progress_bar: bool = True
+    save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
+    starvation_warn_steps: int = 5  # warn when an agent's groups had zero variance this many steps in a row; 0: never
+
+
+@dataclass
 class TrainerConfig:
     backend: str = "local"  # local | ray | verl
     n_gpus_per_node: int = 1  # backend=verl: ranks per node (GPUs; processes on CPU)
@@ -185,36 +221,19 @@ class TrainerConfig:
     # policy workers (verl's ranks too) and the HF engine: auto (cuda if present; verl: if the Ray
     # cluster has a GPU) | cpu | cuda[:N]
     device: str = "auto"
+    threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
+    deterministic: bool = False
     total_steps: int = 20
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    warmup_steps: int = 0
-    lr_schedule: str = "cosine"  # cosine | constant
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0
     micro_batch_size: int = 8  # sequences per forward/backward
     logprob_chunk: int = 1024  # tokens per logits chunk (never batch x length x vocab at once)
-    save_freq: int = 0  # 0: only at the end
-    val_freq: int = 0  # 0: never during training
-    val_before: bool = False  # also validate the untrained policy; the run ends printing before -> after
-    resume: str = "none"  # none | auto | PATH to a checkpoint folder
-    resume_allow_changes: bool = False  # resume with a changed config (recorded in config_changes.jsonl)
     output_dir: str = "outputs"
     run_name: str = ""  # empty: a timestamp
-    deterministic: bool = False
     phases: list[PhaseConfig] = field(default_factory=list)  # freeze/unfreeze schedule
     role_lr: RoleLrConfig = field(default_factory=RoleLrConfig)  # per-role lr alternation
-    init_from: str = ""  # start the policies' weights from this checkpoint (e.g. the SFT cold start)
-    log_tensorboard: bool = True
-    progress_bar: bool = True
-    threads: Any = 0  # torch threads: a count, 0 keeps torch's default, auto = the cores free now
-    keep_checkpoints: int = 0  # keep only the newest N checkpoints; 0 keeps all
-    save_trajectories: bool = True  # trajectories/step_<N>.jsonl every step
-    starvation_warn_steps: int = 5  # warn when an agent's groups had zero variance this many steps in a row; 0: never
-    # metric sinks: console, jsonl (always on), tensorboard, wandb, mlflow (trainer/loggers.py)
-    logger: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
-    project: str = "pettingllms"  # W&B project (runs grouped by `experiment`); an MLflow tag
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
 @dataclass
@@ -288,79 +307,3 @@ class ExperimentConfig:
     sft: SftConfig = field(default_factory=SftConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     mas: MasConfig = field(default_factory=MasConfig)
-
-
-class ConfigError(ValueError):
-    """A config problem, with a message meant to be read by a person."""
-
-
-def _known_keys(node: Any, prefix: str = "") -> list[str]:
-    keys = []
-    if isinstance(node, DictConfig):
-        for k in node.keys():
-            full = f"{prefix}{k}"
-            keys.append(full)
-            try:
-                keys += _known_keys(node._get_node(k), full + ".")
-            except Exception:  # pragma: no cover - defensive for interpolations
-                pass
-    return keys
-
-
-def unknown_key(key: str, known: Any) -> ConfigError:
-    """The one-line error for a key the schema lacks: where it moved, or the closest known key."""
-    if key in _MOVED:
-        return ConfigError(f"config key '{key}' is now '{_MOVED[key]}'")
-    close = difflib.get_close_matches(key, list(known), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return ConfigError(f"unknown config key '{key}'{hint}")
-
-
-def validate(cfg: Any) -> DictConfig:
-    """Merge `cfg` onto the schema; raise ConfigError naming any unknown key or bad value
-    (pettingllms.config_checks), before any model or data is loaded."""
-    schema = OmegaConf.structured(ExperimentConfig)
-    try:
-        merged = OmegaConf.merge(schema, cfg)
-        OmegaConf.to_container(merged, resolve=True)  # surface bad interpolations now
-    except ConfigKeyError as e:
-        raise unknown_key(getattr(e, "full_key", None) or str(e), _known_keys(schema)) from None
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None)
-        where = f" at '{key}'" if key else ""
-        raise ConfigError(f"invalid config{where}: {str(e).splitlines()[0]}") from None
-    _check_choices(merged)
-    from pettingllms.config_checks import check_values  # imports the env and engine registries
-
-    check_values(merged)
-    OmegaConf.set_struct(merged, True)
-    return merged
-
-
-# Keys that moved: old name -> new name (one device setting for every backend).
-_MOVED = {"trainer.verl.device": "trainer.device"}
-
-# Fields with a closed set of values (the schema comments list them).
-_CHOICES = {
-    "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
-    "rollout.strategy": ("tree", "flat", "autoevol"),
-    "rollout.vllm.logprobs_mode": ("processed_logprobs", "raw_logprobs"),
-    "algorithm.advantage": ("grpo", "agent_norm", "mean_only"),
-    "algorithm.loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
-    "algorithm.old_logprobs": ("recompute", "engine"),
-    "trainer.backend": ("local", "ray", "verl"),
-    "trainer.lr_schedule": ("cosine", "constant"),
-    "trainer.verl.strategy": ("fsdp2", "fsdp"),
-}
-
-
-def _check_choices(cfg: DictConfig) -> None:
-    for key, allowed in _CHOICES.items():
-        value = OmegaConf.select(cfg, key)
-        if value not in allowed:
-            close = difflib.get_close_matches(str(value), allowed, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"invalid value {value!r} for '{key}'{hint}; choose one of {', '.join(allowed)}")
-    bad = [g for g in cfg.algorithm.group_by if g not in ("problem", "turn", "agent")]
-    if bad:
-        raise ConfigError(f"invalid 'algorithm.group_by' entries {bad}; use a subset of problem, turn, agent")

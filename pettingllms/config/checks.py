@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from pettingllms.config import ConfigError
+from pettingllms.errors import ConfigError
+
 
 def bad_value(key: str, value: Any, allowed: str) -> ConfigError:
     return ConfigError(f"invalid value {value!r} for '{key}'; {allowed}")
@@ -62,18 +63,21 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("algorithm.ppo_epochs", lambda v: v >= 1, "must be >= 1"),
     ("algorithm.mini_batches", lambda v: v >= 1, "must be >= 1"),
     ("trainer.total_steps", lambda v: v >= 1, "must be >= 1"),
-    ("trainer.lr", lambda v: v > 0, "must be > 0"),
-    ("trainer.weight_decay", lambda v: v >= 0, "must be >= 0"),
-    ("trainer.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "must be two numbers in [0, 1)"),
-    ("trainer.warmup_steps", lambda v: v >= 0, "must be >= 0"),
-    ("trainer.min_lr_ratio", lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-    ("trainer.grad_clip", lambda v: v >= 0, "must be >= 0 (0 disables)"),
+    ("trainer.optim.lr", lambda v: v > 0, "must be > 0"),
+    ("trainer.optim.weight_decay", lambda v: v >= 0, "must be >= 0"),
+    ("trainer.optim.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "must be two numbers in [0, 1)"),
+    ("trainer.optim.warmup_steps", lambda v: v >= 0, "must be >= 0"),
+    ("trainer.optim.min_lr_ratio", lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    ("trainer.optim.grad_clip", lambda v: v >= 0, "must be >= 0 (0 disables)"),
     ("trainer.micro_batch_size", lambda v: v >= 1, "must be >= 1"),
     ("trainer.logprob_chunk", lambda v: v >= 1, "must be >= 1"),
-    ("trainer.save_freq", lambda v: v >= 0, "must be >= 0 (0: only at the end)"),
-    ("trainer.val_freq", lambda v: v >= 0, "must be >= 0 (0: never)"),
+    ("trainer.checkpoint.save_freq", lambda v: v >= 0, "must be >= 0 (0: only at the end)"),
+    ("trainer.validation.val_freq", lambda v: v >= 0, "must be >= 0 (0: never)"),
     ("trainer.threads", lambda v: _threads_ok(v), "must be a count >= 0 (0 keeps torch's default) or 'auto'"),
-    ("trainer.keep_checkpoints", lambda v: v >= 0, "must be >= 0 (0 keeps all)"),
+    ("trainer.checkpoint.keep_checkpoints", lambda v: v >= 0, "must be >= 0 (0 keeps all)"),
+    ("trainer.logging.starvation_warn_steps", lambda v: v >= 0, "must be >= 0 (0: never)"),
+    ("trainer.role_lr.swap_every", lambda v: v >= 0, "must be >= 0 (0: never)"),
+    ("ray.num_rollout_workers", lambda v: v >= 1, "must be >= 1"),
     ("eval.k", lambda v: v >= 1, "must be >= 1"),
     ("eval.limit", lambda v: v >= 1, "must be >= 1 or null"),
     ("eval.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
@@ -97,7 +101,7 @@ def _check_ranges(cfg: DictConfig) -> None:
     for name, pol in (cfg.policies or {}).items():
         pol = pol or {}
         if pol.get("lr") is not None and not pol.lr > 0:
-            raise bad_value(f"policies.{name}.lr", pol.lr, "must be > 0 (or unset: trainer.lr)")
+            raise bad_value(f"policies.{name}.lr", pol.lr, "must be > 0 (or unset: trainer.optim.lr)")
         if pol.get("weight_decay") is not None and not pol.weight_decay >= 0:
             raise bad_value(f"policies.{name}.weight_decay", pol.weight_decay, "must be >= 0")
 
@@ -178,7 +182,48 @@ def _check_engine(cfg: DictConfig) -> None:
             raise _unknown_option(f"rollout.engine_options.{key}", f"engine '{engine}'", allowed)
 
 
+# Fields with a closed set of values (the schema comments list them).
+_CHOICES = {
+    "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
+    "rollout.strategy": ("tree", "flat", "autoevol"),
+    "rollout.vllm.logprobs_mode": ("processed_logprobs", "raw_logprobs"),
+    "algorithm.advantage": ("grpo", "agent_norm", "mean_only"),
+    "algorithm.loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
+    "algorithm.old_logprobs": ("recompute", "engine"),
+    "trainer.backend": ("local", "ray", "verl"),
+    "trainer.optim.lr_schedule": ("cosine", "constant"),
+    "trainer.verl.strategy": ("fsdp2", "fsdp"),
+}
+
+
+def _check_choices(cfg: DictConfig) -> None:
+    for key, allowed in _CHOICES.items():  # listed in the schema's order, not sorted
+        value = OmegaConf.select(cfg, key)
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"invalid value {value!r} for '{key}'{hint}; choose one of {', '.join(allowed)}")
+    bad = [g for g in cfg.algorithm.group_by if g not in ("problem", "turn", "agent")]
+    if bad:
+        raise ConfigError(f"invalid 'algorithm.group_by' entries {bad}; use a subset of problem, turn, agent")
+
+
+def _check_schedule(cfg: DictConfig) -> None:
+    """trainer.phases in order; env/strategy pairs that only work together."""
+    last = None
+    for i, phase in enumerate(cfg.trainer.phases):
+        if last is not None and int(phase.start_step) <= last:
+            raise ConfigError(f"trainer.phases[{i}]: start_step must increase strictly "
+                              f"({int(phase.start_step)} after {last})")
+        last = int(phase.start_step)
+    env, strategy = str(cfg.env.name), str(cfg.rollout.strategy)
+    if (env == "autoevol") != (strategy == "autoevol"):
+        raise ConfigError("env=autoevol and rollout=autoevol go together (MetaAgent-X's designs x "
+                          f"executions); got env.name={env}, rollout.strategy={strategy}")
+
+
 def check_values(cfg: DictConfig, checks: Optional[list[Callable[[DictConfig], None]]] = None) -> None:
     """Every value check; the first failure raises ConfigError."""
-    for check in checks or (_check_ranges, _check_dtypes, _check_env, _check_engine, _check_models):
+    for check in checks or (_check_choices, _check_ranges, _check_dtypes, _check_env, _check_engine,
+                            _check_models, _check_schedule):
         check(cfg)

@@ -8,8 +8,8 @@ weight on its own. This forward runs the same ops on the model's own weights wit
 
 * q/k/v and gate/up concatenated into one GEMM each (the weights read in one pass), pre-packed
   for bf16 on CPU: into our GEMM kernel's layout where the CPU has AVX512-BF16 (`cpu_kernels`,
-  1.3-2x oneDNN at decode sizes), else into oneDNN's (`hf_fast.pack_weight`, for `pack_linears`'
-  reason);
+  faster than oneDNN at decode sizes), else into oneDNN's (`linear.pack_weight`, for
+  `pack_linears`' reason);
 * with the kernels, SwiGLU in one call, and every decode step's attention and RMSNorms in one
   call each;
 * rotary embedding applied to the queries and keys in one go;
@@ -34,8 +34,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pettingllms.rollout.engines import cpu_kernels
-from pettingllms.rollout.engines.hf_fast import BufferedLayer, mkldnn_bf16, pack_weight, packed_linear
+from pettingllms.rollout.engines.hf_runtime import cpu_kernels
+from pettingllms.rollout.engines.hf_runtime.kv_cache import BufferedLayer
+from pettingllms.rollout.engines.hf_runtime.linear import mkldnn_bf16, pack_weight, packed_linear
 from pettingllms.utils.attention import attend
 
 _MODEL_TYPES = ("llama", "qwen2")

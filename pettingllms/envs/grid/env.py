@@ -1,4 +1,4 @@
-"""Shared pieces of the stateful grid envs (sudoku, sokoban, plan_path).
+"""The turn logic and rewards shared by the stateful grid envs (sudoku, sokoban, plan_path).
 
 Every grid env has the same two roles and the same turn logic:
   tool  writes a Python program (in a ```python block). The program gets the current
@@ -24,203 +24,18 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from pettingllms.config import ConfigError
 from pettingllms.envs.base import MultiAgentEnv, StepResult, register_env
-from pettingllms.envs.dataset import new_output_dir
+from pettingllms.envs.grid.actions import ParsedActions, action_payload, has_marker, parse_moves
+from pettingllms.envs.grid.render import clip_text
 # one program extractor for every env that runs agent code
 from pettingllms.envs.programs import MAX_PROGRAM_CHARS, extract_program
+from pettingllms.sandbox import SandboxLimits, run_python
 
-# Seeds: train rows use [base, base + SPLIT_SPAN), test rows [base + SPLIT_SPAN, base + 2*SPLIT_SPAN)
-# with base = seed * 2 * SPLIT_SPAN, so the two splits never share a generation seed.
-SPLIT_SPAN = 5_000_000
-
-MAX_ECHO_CHARS = 1200  # how much of another agent's output is shown back in a prompt
 MAX_TOOL_OUTPUT_BYTES = 200_000  # a tool program printing more is stopped (and penalised)
-MAX_PARSE_CHARS = 20_000  # action payloads longer than this are cut before tokenising
 
-MOVE_DELTAS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
-_MOVE_WORDS = {"u": "U", "up": "U", "d": "D", "down": "D", "l": "L", "left": "L", "r": "R", "right": "R"}
-
-
-def split_seed(split: str, index: int, seed: int = 0) -> int:
-    """The generation seed of row `index` of `split` ('train' or 'test')."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    if not 0 <= index < SPLIT_SPAN:
-        raise ValueError(f"row index {index} outside [0, {SPLIT_SPAN})")
-    return seed * 2 * SPLIT_SPAN + (SPLIT_SPAN if split == "test" else 0) + index
-
-
-def choose_tier(rng: Any, tiers: dict[str, tuple]) -> tuple[str, tuple]:
-    """A tier drawn by its share (the last field of each tier's tuple) and its other fields."""
-    names = list(tiers)
-    name = rng.choices(names, weights=[tiers[t][-1] for t in names])[0]
-    return name, tiers[name][:-1]
-
-
-def preset_of(out_dir: Any, preset: str | None, presets: dict[str, Any]) -> str:
-    """The data preset named, else the one the folder name ends with (datasets/sudoku_easy ->
-    easy), else "default"; so `env.data=<env>_easy` builds the easy level on first use."""
-    name = preset or ("easy" if Path(out_dir).name.endswith("_easy") else "default")
-    if name not in presets:
-        raise ValueError(f"unknown data preset {name!r}; choose from {sorted(presets)}")
-    return name
-
-
-def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any]], *, n_train: int,
-                 n_test: int, seed: int = 0, key: tuple[str, ...] = ("puzzle",)) -> dict[str, Any]:
-    """Write train.parquet / test.parquet of procedurally generated rows and report them.
-
-    `make_row(generation_seed)` returns one row (JSON-string columns for structured data).
-    Seeds come from disjoint ranges (`split_seed`); a row whose `key` columns repeat an
-    earlier row (of either split) is skipped, so no test puzzle also appears in train.
-    """
-    import pandas as pd
-
-    out = new_output_dir(out_dir)
-    seen: set[str] = set()
-    report: dict[str, Any] = {"env": env, "seed": seed, "generator": "own seeded generator"}
-    for split, n in (("train", n_train), ("test", n_test)):
-        rows, skipped, index = [], 0, 0
-        while len(rows) < n:
-            gen_seed = split_seed(split, index, seed)
-            index += 1
-            row = make_row(gen_seed)
-            fingerprint = json.dumps([row[k] for k in key])
-            if fingerprint in seen:
-                skipped += 1
-                if skipped > 20 * max(n, 1):
-                    raise RuntimeError(f"{env}: too many duplicate {split} rows; widen the generator")
-                continue
-            seen.add(fingerprint)
-            rows.append({"id": f"{env}-{split}-{len(rows)}", "seed": gen_seed, **row})
-        pd.DataFrame(rows).to_parquet(out / f"{split}.parquet", index=False)
-        report[split] = {"rows": len(rows), "duplicates_skipped": skipped,
-                         "seeds": [split_seed(split, 0, seed), split_seed(split, index - 1, seed)] if index else []}
-    return report
-
-
-# ----------------------------------------------------------------------------- parsing
-
-_MARKER = re.compile(r"^[\s>*#_`-]*(?:final\s+)?(?:actions?|moves?)\s*[*_`]*\s*[:=]", re.I | re.M)
-
-
-def action_payload(text: str, bare_ok: bool = False) -> str | None:
-    """The text after the last `Actions:` marker that has any, up to the next blank line (so an
-    explanation after the actions is not read as actions).
-
-    Without a marker: the last non-empty line, which the env accepts only if every token in
-    it is an action; with `bare_ok` (program output) the whole text.
-    """
-    if not isinstance(text, str) or not text.strip():
-        return None
-    payload = None
-    for marker in _MARKER.finditer(text):
-        rest = text[marker.end():marker.end() + MAX_PARSE_CHARS].lstrip(" \t\r\n")
-        rest = re.split(r"\n[ \t\r]*\n", rest, maxsplit=1)[0]
-        if rest.strip() or payload is None:  # a reply cut off right after its last marker keeps the one before
-            payload = rest
-    if payload is not None:
-        return payload
-    if bare_ok:
-        return text[-MAX_PARSE_CHARS:]
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:MAX_PARSE_CHARS] if lines else None
-
-
-@dataclass
-class ParsedActions:
-    actions: list[Any] = field(default_factory=list)
-    unknown: int = 0  # tokens that were not actions (counted as invalid moves)
-    truncated: int = 0  # actions beyond max_actions, dropped
-
-
-_MOVE_SPLIT = re.compile(r"[\s,;.\[\]()\"'`{}|/>*+-]+")
-
-
-def parse_moves(payload: str | None, max_actions: int, strict: bool = False) -> ParsedActions:
-    """U/D/L/R moves from a payload: 'U, D, L', 'UUDL', '["up", "left"]', 'Up Right'.
-
-    `strict`: the payload came without a marker, so it counts only if every token is a move.
-    """
-    out = ParsedActions()
-    if not payload:
-        return out
-    for token in _MOVE_SPLIT.split(payload):
-        if not token:
-            continue
-        low = token.lower()
-        if low in _MOVE_WORDS:
-            moves = [_MOVE_WORDS[low]]
-        elif set(low) <= set("udlr"):
-            moves = [c.upper() for c in low]
-        else:
-            if strict:
-                return ParsedActions()
-            out.unknown += 1
-            continue
-        for m in moves:
-            if len(out.actions) < max_actions:
-                out.actions.append(m)
-            else:
-                out.truncated += 1
-    return out
-
-
-# ----------------------------------------------------------------------------- rendering
-
-def render_grid(rows: list[str] | list[list[Any]], coords: bool = True,
-                boxes: tuple[int, int] | None = None) -> str:
-    """Rows of one-character cells as text, with 1-based column and row numbers.
-
-    `boxes=(h, w)` draws separators between h x w blocks (sudoku boxes).
-    """
-    cells = [[str(c) for c in row] for row in rows]
-    width = max((len(r) for r in cells), default=0)
-
-    def join(items: list[str]) -> str:
-        if not boxes:
-            return " ".join(items)
-        groups = [" ".join(items[j:j + boxes[1]]) for j in range(0, len(items), boxes[1])]
-        return " | ".join(groups)
-
-    body = [join(r) for r in cells]
-    pad = len(str(len(cells))) + 1 if coords else 0
-    if coords:
-        body = [f"{i + 1:>{pad - 1}} " + line for i, line in enumerate(body)]
-    if boxes:
-        rule = " " * pad + "-" * len(join(["x"] * width))
-        body = [line for i, row in enumerate(body)
-                for line in ([rule, row] if i and i % boxes[0] == 0 else [row])]
-    if coords:
-        body.insert(0, " " * pad + join([str((j + 1) % 10) for j in range(width)]))
-    return "\n".join(body)
-
-
-def offset_words(frm: tuple[int, int], to: tuple[int, int]) -> str:
-    """Where cell `to` lies from cell `frm`, in words: '1 row down and 2 columns left'."""
-    dr, dc = to[0] - frm[0], to[1] - frm[1]
-    parts = [f"{abs(dr)} row{'s' * (abs(dr) != 1)} {'down' if dr > 0 else 'up'}"] if dr else []
-    parts += [f"{abs(dc)} column{'s' * (abs(dc) != 1)} {'right' if dc > 0 else 'left'}"] if dc else []
-    return " and ".join(parts) or "the same cell"
-
-
-def cell_words(p: tuple[int, int]) -> str:
-    """A 0-based (row, col) as the grid's 1-based labels."""
-    return f"row {p[0] + 1}, column {p[1] + 1}"
-
-
-def clip_text(text: str, limit: int = MAX_ECHO_CHARS) -> str:
-    text = text if isinstance(text, str) else str(text)
-    return text if len(text) <= limit else text[: limit // 2] + "\n...[cut]...\n" + text[-limit // 2:]
-
-
-# ----------------------------------------------------------------------------- the env
 
 @dataclass
 class Outcome:
@@ -359,8 +174,6 @@ class GridTaskEnv(MultiAgentEnv):
         return info
 
     def _tool_step(self, text: str) -> StepResult:
-        from pettingllms.sandbox import SandboxLimits, run_python
-
         code = extract_program(text)
         if code is None or len(code) > MAX_PROGRAM_CHARS:
             why = "no ```python block" if code is None else f"program over {MAX_PROGRAM_CHARS} characters"
@@ -387,8 +200,7 @@ class GridTaskEnv(MultiAgentEnv):
 
     def _plan_step(self, text: str) -> StepResult:
         payload = action_payload(text)
-        has_marker = payload is not None and _MARKER.search(text) is not None
-        parsed = self.parse(payload, strict=not has_marker)
+        parsed = self.parse(payload, strict=payload is None or not has_marker(text))
         if not parsed.actions:
             self.last["plan"] = {"error": "no actions found", "actions": []}
             self.history.append(f"turn {self.turn + 1}: no actions")
@@ -449,25 +261,6 @@ class GridTaskEnv(MultiAgentEnv):
     def prompt_fields(self) -> dict[str, Any]:
         """Values for the `{...}` fields of the env's TASK prompt."""
         return {}
-
-
-def data_cli(env: str, build: Callable[..., dict[str, Any]], argv: list[str] | None = None) -> dict[str, Any]:
-    """The command line of scripts/dataprocess/load_<env>.py for the grid envs."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=f"Generate datasets/{env}/{{train,test}}.parquet")
-    ap.add_argument("--out", default=f"datasets/{env}", help="output folder")
-    ap.add_argument("--seed", type=int, default=0, help="shifts both (disjoint) seed ranges")
-    ap.add_argument("--n-train", type=int, default=None)
-    ap.add_argument("--n-test", type=int, default=None)
-    args = ap.parse_args(argv)
-    sizes = {k: v for k, v in (("n_train", args.n_train), ("n_test", args.n_test)) if v is not None}
-    try:
-        report = build(args.out, seed=args.seed, **sizes)
-    except ConfigError as e:  # e.g. --out already holds a split: one line, no traceback
-        raise SystemExit(f"load_{env}: {e}") from None
-    print(json.dumps(report, indent=2, default=str))
-    return report
 
 
 class MoveGridEnv(GridTaskEnv):

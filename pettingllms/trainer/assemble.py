@@ -1,0 +1,140 @@
+"""From a validated run config to what each component takes: the one place that reads the run
+config's blocks on their behalf, shared by training, evaluation and SFT.
+
+    setup = build_run(cfg)                  # threads, seeds, determinism, device, loggers: once
+    settings = rollout_settings(cfg)        # the runner's block (RolloutSettings)
+    policies = build_policy_set(cfg, agents, setup.device)   # PolicyWorkers on their own blocks
+    engine = build_rollout_engine(cfg, bases, lora_ranks)    # the engine on rollout + model blocks
+    load_initial_weights(cfg, workers)      # trainer.checkpoint.init_from (a resume wins)
+
+Components never see the whole config: the runner takes `RolloutSettings`, a policy worker its
+`WorkerSettings`, the policy map its `MappingConfig`, an engine its `rollout` and `model` blocks.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+from omegaconf import DictConfig
+
+from pettingllms.errors import ConfigError
+from pettingllms.policies.mapping import MappingConfig
+from pettingllms.policies.settings import WorkerSettings
+from pettingllms.rollout.runner import RolloutSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What `build_run` settled for this process."""
+    device: torch.device  # trainer.device resolved (policy workers and the HF engine)
+    threads: int  # torch threads now in use (trainer.threads)
+
+
+def quiet_hf_progress() -> None:
+    """transformers draws a progress bar per checkpoint save/load; the step bar is enough."""
+    try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - older/newer transformers without it
+        pass
+
+
+def build_run(cfg: DictConfig) -> RunSetup:
+    """Process set-up every entry point needs, in one order: metric sinks checked, torch threads
+    (`trainer.threads`: a count, 0 or auto), seeds and determinism, the device."""
+    from pettingllms.trainer.loggers import check_loggers
+    from pettingllms.utils.models import resolve_device
+    from pettingllms.utils.seeding import set_seed
+    from pettingllms.utils.threads import apply_threads
+
+    check_loggers(cfg.trainer.logging.logger)
+    threads = apply_threads(cfg.trainer.threads)
+    set_seed(int(cfg.seed), bool(cfg.trainer.deterministic))
+    quiet_hf_progress()
+    try:
+        device = resolve_device(str(cfg.trainer.device))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return RunSetup(device=device, threads=threads)
+
+
+def rollout_settings(cfg: DictConfig) -> RolloutSettings:
+    return RolloutSettings.of(cfg.rollout, cfg.reward, cfg.algorithm, cfg.mas)
+
+
+def make_runner(engine: Any, env_factory: Any, agent_policy: Mapping[str, str], settings: RolloutSettings) -> Any:
+    """The runner `settings.strategy` names: the turn-based episode loop (tree / flat) or
+    MetaAgent-X's designs x executions (autoevol)."""
+    if settings.strategy == "autoevol":
+        from pettingllms.rollout.autoevol import AutoEvolRollout
+        return AutoEvolRollout(engine, env_factory, dict(agent_policy), settings)
+    from pettingllms.rollout.runner import Rollout
+    return Rollout(engine, env_factory, dict(agent_policy), settings)
+
+
+def evaluate_on(make_rollout: Any, cfg: DictConfig, problems: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    """Held-out avg@k / pass@k per the `eval` block (validation and `pettingllms.evaluate`)."""
+    from pettingllms.trainer.evaluation import evaluate_problems
+
+    chunk = cfg.eval.batch_problems or cfg.rollout.batch_size
+    return evaluate_problems(make_rollout, rollout_settings(cfg), problems, int(cfg.eval.k), seed,
+                             env_name=str(cfg.env.name), temperature=float(cfg.eval.temperature),
+                             chunk=int(chunk))
+
+
+def worker_settings(cfg: DictConfig, device: torch.device | str | None = None) -> WorkerSettings:
+    """A policy worker's blocks; `device` defaults to trainer.device resolved."""
+    from pettingllms.utils.models import resolve_device
+
+    tr = cfg.trainer
+    return WorkerSettings(
+        algorithm=cfg.algorithm, optim=tr.optim, dtype=str(cfg.model.dtype),
+        train_dtype=str(cfg.model.train_dtype), gradient_checkpointing=bool(cfg.model.gradient_checkpointing),
+        micro_batch_size=int(tr.micro_batch_size), logprob_chunk=int(tr.logprob_chunk),
+        total_steps=int(tr.total_steps), temperature=float(cfg.rollout.sampling.temperature),
+        seed=int(cfg.seed), device=str(device if device is not None else resolve_device(str(tr.device))))
+
+
+def mapping_config(cfg: DictConfig) -> MappingConfig:
+    return MappingConfig(policies=dict(cfg.policies or {}), agents=dict(cfg.agents or {}),
+                         agents_mode=str(cfg.agents_mode), model=cfg.model, optim=cfg.trainer.optim,
+                         phases=list(cfg.trainer.phases))
+
+
+def build_policy_set(cfg: DictConfig, agents: Sequence[str], device: torch.device | str | None = None) -> Any:
+    """The PolicySet for the env's agents (one PolicyWorker per policy)."""
+    from pettingllms.policies import build_policies
+
+    return build_policies(mapping_config(cfg), worker_settings(cfg, device), agents)
+
+
+def build_rollout_engine(cfg: DictConfig, bases: Mapping[str, str],
+                         lora_ranks: Mapping[str, int] | None = None) -> Any:
+    """The engine `rollout.engine` names, serving these policies (name -> base model path; empty:
+    the `policies` block's, or one policy "shared" on model.path)."""
+    from pettingllms.rollout.engines import build_engine, engine_policies
+    from pettingllms.utils.models import resolve_device
+
+    try:
+        return build_engine(cfg.rollout, cfg.model, device=str(resolve_device(str(cfg.trainer.device))),
+                            seed=int(cfg.seed), policies=dict(bases) or engine_policies(cfg.policies, cfg.model.path),
+                            lora_ranks=lora_ranks)
+    except NotImplementedError as e:  # a backend that is declared but not built yet
+        raise ConfigError(str(e)) from None
+
+
+def load_initial_weights(cfg: DictConfig, workers: Mapping[str, Any]) -> None:
+    """trainer.checkpoint.init_from: start the policies from a checkpoint's weights (optimizer,
+    schedule and update count stay fresh), e.g. the SFT cold start."""
+    from pettingllms.trainer import checkpoint as ckpt_io
+
+    source = str(cfg.trainer.checkpoint.init_from)
+    if not source:
+        return
+    init = ckpt_io.resolve_checkpoint(source, "trainer.checkpoint.init_from")
+    ckpt_io.load_policies(init, dict(workers), weights_only=True)
+    log.info("policies start from %s", init)
