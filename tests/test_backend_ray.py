@@ -2,6 +2,7 @@
 engine in a worker is covered in test_engine_vllm.py)."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -60,6 +61,35 @@ def test_one_ray_worker_equals_local_metric_for_metric(tmp_path, ray_session):
             assert ca.pop(k) == pytest.approx(cb.pop(k), abs=1e-4), k
         assert ca == cb
         assert b["timing/generate_s"] > 0 and b["tokens/generated_per_s"] > 0
+
+
+def test_sandbox_errors_in_a_ray_worker_reach_the_metrics_and_threads_auto_works(tmp_path, ray_session):
+    """Sandbox runs happen in the rollout workers' processes: their counts travel back on the Batch
+    and land in metrics.jsonl exactly as a local run counts them. `trainer.threads=auto` gives each
+    worker the CPUs Ray reserved for it (it used to crash every worker at start-up)."""
+    from trainer_fixtures import SANDBOXED_ENV_NAME
+
+    sandboxed = [f"env.name={SANDBOXED_ENV_NAME}", "sandbox.allow_weak=true", "trainer.threads=auto"]
+    local, _ = _run(trainer_cfg(tmp_path / "local", "trainer.run_name=s", *sandboxed), steps=1)
+    remote, trainer = _run(trainer_cfg(tmp_path / "ray", "trainer.run_name=s", *sandboxed, *RAY,
+                                       "ray.num_rollout_workers=2", "rollout.batch_size=2"), steps=1)
+    cfg = trainer.cfg
+    checker_steps = int(cfg.rollout.batch_size) * int(cfg.rollout.k)  # one turn: k checker branches a problem
+    sandbox = {k: v for k, v in remote[0].items() if k.startswith("sandbox/")}
+    assert sandbox["sandbox/runs"] == checker_steps and sandbox["sandbox/errors"] == checker_steps
+    assert sum(v for k, v in sandbox.items() if k.startswith("sandbox/errors/")) == checker_steps
+    assert sandbox == {k: v for k, v in local[0].items() if k.startswith("sandbox/")}
+    logged = [json.loads(line) for line in (trainer.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {k: v for k, v in logged[0].items() if k.startswith("sandbox/")} == sandbox
+
+
+def test_worker_threads_for_each_setting():
+    from pettingllms.trainer.backends.ray import worker_threads
+
+    assert worker_threads("auto", 0.5, 7) == 1 and worker_threads("auto", 3.0, 7) == 3
+    assert worker_threads(2, 1.0, 7) == 2 and worker_threads(0, 1.0, 7) == 7
+    with pytest.raises(ValueError, match="trainer.threads"):
+        worker_threads("many", 1.0, 7)
 
 
 def test_two_workers_give_a_valid_step_then_a_killed_worker_fails_the_next_clearly(tmp_path, ray_session):

@@ -20,6 +20,7 @@ from pettingllms.rollout.engines.base import Completion, GenerationRequest, Roll
 from pettingllms.rollout.engines.weights import WeightUpdate
 
 ENV_NAME = "test_vowels"
+SANDBOXED_ENV_NAME = "test_vowels_sandboxed"  # same data (env.data=test_vowels)
 
 
 def vowel_share(text: str) -> float:
@@ -59,8 +60,24 @@ class VowelEnv(MultiAgentEnv):
         return self.team_reward() >= 0.3
 
 
+class SandboxedVowelEnv(VowelEnv):
+    """VowelEnv whose checker also runs a program in the sandbox that kills itself with a signal:
+    each checker step counts one sandbox run and one sandbox error (a crash; `refused` where the
+    sandbox may not run code), in whichever process stepped the env."""
+
+    def step(self, agent: str, action: str) -> StepResult:
+        from pettingllms.sandbox import run_python
+
+        result = super().step(agent, action)
+        if agent == "checker":
+            run_python("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        return result
+
+
 if ENV_NAME not in ENV_REGISTRY:
     register_env(ENV_NAME)(VowelEnv)
+if SANDBOXED_ENV_NAME not in ENV_REGISTRY:
+    register_env(SANDBOXED_ENV_NAME)(SandboxedVowelEnv)
 
 
 def write_dataset(root: Path, n_train: int = 16, n_test: int = 4) -> Path:

@@ -81,17 +81,17 @@ def _lora_from(node: Any) -> LoraConfig:
     return LoraConfig(**d)
 
 
-def _spec(name: str, pcfg: Optional[PolicyConfig], cfg: MappingConfig, force_lora: bool = False) -> PolicySpec:
+def _spec(name: str, pcfg: Optional[PolicyConfig], mapping: MappingConfig, force_lora: bool = False) -> PolicySpec:
     pcfg = pcfg if pcfg is not None else PolicyConfig()
-    lora = _lora_from(pcfg.lora if pcfg.lora is not None else cfg.model.lora)
+    lora = _lora_from(pcfg.lora if pcfg.lora is not None else mapping.model.lora)
     if force_lora:
         lora.enabled = True
     spec = PolicySpec(
         name=name,
-        base=str(pcfg.base or cfg.model.path),
+        base=str(pcfg.base or mapping.model.path),
         lora=lora if lora.enabled else None,
-        lr=float(cfg.optim.lr if pcfg.lr is None else pcfg.lr),
-        weight_decay=float(cfg.optim.weight_decay if pcfg.weight_decay is None else pcfg.weight_decay),
+        lr=float(mapping.optim.lr if pcfg.lr is None else pcfg.lr),
+        weight_decay=float(mapping.optim.weight_decay if pcfg.weight_decay is None else pcfg.weight_decay),
         offload=bool(pcfg.offload),
     )
     if spec.lr < 0 or spec.weight_decay < 0:
@@ -101,23 +101,23 @@ def _spec(name: str, pcfg: Optional[PolicyConfig], cfg: MappingConfig, force_lor
     return spec
 
 
-def resolve_policies(cfg: MappingConfig, agents: Iterable[str]) -> PolicyPlan:
+def resolve_policies(mapping: MappingConfig, agents: Iterable[str]) -> PolicyPlan:
     """Map the env's `agents` (turn order) to policy specs; raise ConfigError on any gap."""
     agents = list(agents)
     if not agents:
         raise ConfigError("the env has no agents to map to policies")
     if len(set(agents)) != len(agents):
         raise ConfigError(f"duplicate agent names in env: {agents}")
-    mode = str(cfg.agents_mode)
+    mode = str(mapping.agents_mode)
     if mode not in AGENT_MODES:
         raise ConfigError(f"agents_mode must be one of {AGENT_MODES}, got '{mode}'")
-    policies_cfg = {str(k): v for k, v in dict(cfg.policies or {}).items()}
-    agent_map = {str(k): str(v) for k, v in dict(cfg.agents or {}).items()}
+    policies_cfg = {str(k): v for k, v in dict(mapping.policies or {}).items()}
+    agent_map = {str(k): str(v) for k, v in dict(mapping.agents or {}).items()}
 
     if mode == "explicit":
-        specs, agent_policy = _explicit(cfg, agents, policies_cfg, agent_map)
+        specs, agent_policy = _explicit(mapping, agents, policies_cfg, agent_map)
     else:
-        specs, agent_policy = _per_agent(cfg, agents, policies_cfg, agent_map, mode)
+        specs, agent_policy = _per_agent(mapping, agents, policies_cfg, agent_map, mode)
 
     for agent, pol in agent_policy.items():
         specs[pol].agents.append(agent)
@@ -125,15 +125,15 @@ def resolve_policies(cfg: MappingConfig, agents: Iterable[str]) -> PolicyPlan:
     if idle:
         raise ConfigError(f"policies {idle} have no agents mapped to them (agents: {agent_policy})")
     _assign_model_keys(specs, per_agent_model=(mode == "per_agent_model"))
-    _check_phases(cfg, specs)
+    _check_phases(mapping, specs)
     return PolicyPlan(specs=specs, agent_policy=agent_policy)
 
 
-def _explicit(cfg, agents, policies_cfg, agent_map):
+def _explicit(mapping, agents, policies_cfg, agent_map):
     if not policies_cfg:
-        specs = {SHARED_POLICY: _spec(SHARED_POLICY, None, cfg)}
+        specs = {SHARED_POLICY: _spec(SHARED_POLICY, None, mapping)}
     else:
-        specs = {str(name): _spec(str(name), p, cfg) for name, p in policies_cfg.items()}
+        specs = {str(name): _spec(str(name), p, mapping) for name, p in policies_cfg.items()}
     if not agent_map:
         if len(specs) != 1:
             raise ConfigError(
@@ -154,7 +154,7 @@ def _explicit(cfg, agents, policies_cfg, agent_map):
     return specs, {a: agent_map[a] for a in agents}
 
 
-def _per_agent(cfg, agents, policies_cfg, agent_map, mode):
+def _per_agent(mapping, agents, policies_cfg, agent_map, mode):
     # One policy per agent, named after it; `policies.<agent>` may override its settings.
     unknown = sorted(set(policies_cfg) - set(agents))
     if unknown:
@@ -169,7 +169,7 @@ def _per_agent(cfg, agents, policies_cfg, agent_map, mode):
     if extra:
         raise ConfigError(f"`agents:` names {extra}, which the env does not have (env agents: {agents})")
     force_lora = mode == "per_agent_lora"
-    specs = {a: _spec(a, policies_cfg.get(a), cfg, force_lora=force_lora) for a in agents}
+    specs = {a: _spec(a, policies_cfg.get(a), mapping, force_lora=force_lora) for a in agents}
     if force_lora:
         bases = {s.base for s in specs.values()}
         if len(bases) > 1:
@@ -186,9 +186,9 @@ def _assign_model_keys(specs: dict[str, PolicySpec], per_agent_model: bool) -> N
         s.model_key = f"lora-base:{s.base}" if shared else f"own:{s.name}"
 
 
-def _check_phases(cfg: MappingConfig, specs: dict[str, PolicySpec]) -> None:
+def _check_phases(mapping: MappingConfig, specs: dict[str, PolicySpec]) -> None:
     last = None
-    for i, ph in enumerate(cfg.phases):
+    for i, ph in enumerate(mapping.phases):
         start = int(ph.start_step)
         names = list(ph.train_policies or [])
         unknown = sorted(set(names) - set(specs))

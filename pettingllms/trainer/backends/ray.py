@@ -71,6 +71,7 @@ class RolloutWorker:
         from pettingllms.rollout.runner import RolloutSettings
         from pettingllms.trainer.assemble import build_rollout_engine, rollout_settings
         from pettingllms.trainer.components import make_env_factory
+        from pettingllms.trainer.timing import TimedEngine
 
         self.index = index
         for module in cfg.get("ray", {}).get("worker_imports") or []:  # first: a module may register
