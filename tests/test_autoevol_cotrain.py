@@ -14,7 +14,7 @@ import pytest
 from autoevol_fakes import NO_DESIGN, ScriptedDesigner
 from test_autoevol_training import autoevol_cfg
 from pettingllms.mas.templates import load_templates
-from pettingllms.trainer import components as comp
+from pettingllms.trainer import assemble
 from pettingllms.trainer.local import LocalTrainer
 from pettingllms.utils.models import load_tokenizer
 
@@ -23,7 +23,7 @@ DESIGNS = [f"```python\n{load_templates()[name]}```" for name in ("single", "seq
 
 def _cotrain(cfg):
     names = ["shared"] if cfg.agents_mode == "explicit" else ["designer", "executor"]
-    engine = ScriptedDesigner(comp.build_rollout_engine(cfg, {n: str(cfg.model.path) for n in names}),
+    engine = ScriptedDesigner(assemble.build_rollout_engine(cfg, {n: str(cfg.model.path) for n in names}),
                               load_tokenizer(str(cfg.model.path)), DESIGNS)
     trainer = LocalTrainer(cfg, engine=engine)
     try:

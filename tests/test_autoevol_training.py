@@ -17,20 +17,21 @@ from policy_helpers import all_equal, make_cfg, make_samples, snapshot
 from pettingllms.cli.config_loading import load_config
 from pettingllms.errors import ConfigError
 from pettingllms.trainer.assemble import build_policy_set
+from pettingllms.config.schema import RoleLrConfig
 from pettingllms.policies.mapping import role_lrs_at
-from pettingllms.trainer import components as comp
+from pettingllms.trainer import assemble
 
 PROBLEMS = [{"id": f"q{i}", "question": f"What is {i} + 5 - {i}?", "answer": "5", "source": "toy"}
             for i in range(4)]
 
 
 def test_role_lr_schedule_swaps_every_period():
-    sched = {"lrs": {"designer": 1e-9, "executor": 5e-6}, "swap_every": 10}
+    sched = RoleLrConfig({"designer": 1e-9, "executor": 5e-6}, 10)
     assert role_lrs_at(sched, 1) == role_lrs_at(sched, 10) == {"designer": 1e-9, "executor": 5e-6}
     assert role_lrs_at(sched, 11) == role_lrs_at(sched, 20) == {"designer": 5e-6, "executor": 1e-9}
     assert role_lrs_at(sched, 21) == {"designer": 1e-9, "executor": 5e-6}
-    assert role_lrs_at({"lrs": {"a": 1.0, "b": 2.0}, "swap_every": 0}, 99) == {"a": 1.0, "b": 2.0}
-    assert role_lrs_at({"lrs": {}, "swap_every": 3}, 1) is None
+    assert role_lrs_at(RoleLrConfig({"a": 1.0, "b": 2.0}, 0), 99) == {"a": 1.0, "b": 2.0}
+    assert role_lrs_at(RoleLrConfig({}, 3), 1) is None
 
 
 def test_role_lr_zero_skips_that_role_in_a_shared_policy():
@@ -76,17 +77,17 @@ def autoevol_cfg(tmp_path, *overrides, config="autoevol_cotrain"):
 
 
 def make_trainer(cfg, monkeypatch, log=None):
-    from pettingllms.rollout.strategies import autoevol
+    from pettingllms.rollout import autoevol
     from pettingllms.trainer.local import LocalTrainer
     from pettingllms.utils.models import load_tokenizer
 
-    monkeypatch.setattr(autoevol, "_default_run_designs", lambda: scripted_run_designs([] if log is None else log))
+    monkeypatch.setattr(autoevol, "run_designs_in_sandbox", scripted_run_designs([] if log is None else log))
     import pettingllms.mas.prompts as prompts
     monkeypatch.setattr(prompts, "designer_messages",
                         lambda q, feedback=None: [{"role": "user", "content": f"Design for: {q}"}])
     agents = ["designer", "executor"]
     plan_bases = {n: str(cfg.model.path) for n in (["shared"] if cfg.agents_mode == "explicit" else agents)}
-    engine = ScriptedDesigner(comp.build_rollout_engine(cfg, plan_bases), load_tokenizer(str(cfg.model.path)),
+    engine = ScriptedDesigner(assemble.build_rollout_engine(cfg, plan_bases), load_tokenizer(str(cfg.model.path)),
                               [DESIGN_A, DESIGN_B, NO_DESIGN])
     return LocalTrainer(cfg, engine=engine)
 

@@ -22,7 +22,7 @@ from pettingllms.policies.logprobs import pack, response_logprobs
 from pettingllms.records import Sample
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
 from pettingllms.utils.models import load_causal_lm
-from policy_helpers import TINY, make_cfg, make_samples
+from policy_helpers import TINY, make_cfg, make_samples, update_all
 
 ATOL = 2e-3
 AGENTS = ["tool", "reasoner"]
@@ -94,7 +94,7 @@ def _as_samples(agent, comps):
 def test_lora_sync_reflects_each_adapter_and_two_adapters_differ(engine):
     ps = build_policy_set(make_cfg({"agents_mode": "per_agent_lora"}), AGENTS)
     for step in range(2):  # different updates for the two adapters
-        ps.update(make_samples("tool", [1.0, -1.0, 0.5], seed=60 + step)
+        update_all(ps, make_samples("tool", [1.0, -1.0, 0.5], seed=60 + step)
                   + make_samples("reasoner", [-1.0, 1.0, -0.5], seed=70 + step), step)
     before = _ask(engine, "tool", temperature=1.0)
     for w in ps.workers.values():
@@ -107,7 +107,7 @@ def test_lora_sync_reflects_each_adapter_and_two_adapters_differ(engine):
         for c, ref in zip(comps, mine):
             torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(ref), rtol=0, atol=ATOL)
     # a second sync replaces the adapter version (not stacked on it)
-    ps.update(make_samples("tool", [1.0, -1.0], seed=80), 2)
+    update_all(ps, make_samples("tool", [1.0, -1.0], seed=80), 2)
     engine.update_weights(ps.workers["tool"].weight_update())
     comps = _ask(engine, "tool", temperature=1.0)
     for c, ref in zip(comps, ps.workers["tool"].logprobs(_as_samples("tool", comps))):

@@ -8,7 +8,7 @@ from pettingllms.trainer.assemble import build_policy_set
 from pettingllms.rollout.engines import GenerationRequest, SamplingParams
 from pettingllms.rollout.engines.hf import HFEngine
 from pettingllms.rollout.engines.weights import FULL_WEIGHTS, LoraFactor, WeightUpdate, write_full_weights
-from policy_helpers import TINY, make_cfg, make_samples
+from policy_helpers import TINY, make_cfg, make_samples, update_all
 
 AGENTS = ["tool", "reasoner"]
 
@@ -30,7 +30,7 @@ def test_l2_adapter_update_is_adapter_only_and_matches_merged_weights():
     bases = {n: TINY for n in AGENTS}
     synced, merged = HFEngine(bases, dtype="float32"), HFEngine(bases, dtype="float32")
     for step, seed in ((0, 30), (1, 40)):
-        ps.update(make_samples("tool", [1.0, -1.0], seed=seed) + make_samples("reasoner", [-1.0, 1.0], seed=seed + 1),
+        update_all(ps, make_samples("tool", [1.0, -1.0], seed=seed) + make_samples("reasoner", [-1.0, 1.0], seed=seed + 1),
                   step)
         for name, w in ps.workers.items():
             update = w.weight_update()

@@ -99,7 +99,7 @@ class EnvConfig:
 @dataclass
 class RewardConfig:
     """A candidate's reward: team_weight * team reward + local_weight * the acting agent's own
-    (local) reward, the paper's team + local mix; README "Algorithm" says why both are on."""
+    (local) reward, the paper's team + local mix; docs/algorithm.md says why both are on."""
     team_weight: float = 1.0
     local_weight: float = 0.5
 

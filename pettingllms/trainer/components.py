@@ -77,15 +77,3 @@ def policy_lora_ranks(policy_set: Any) -> dict[str, int]:
         if spec is not None and spec.is_lora:
             out[name] = int(spec.lora.rank)
     return out
-
-
-def build_rollout_engine(cfg: DictConfig, bases: dict[str, str], lora_ranks: dict[str, int] | None = None) -> Any:
-    from pettingllms.rollout.engines import build_engine, engine_policies
-    from pettingllms.utils.models import resolve_device
-
-    try:
-        return build_engine(cfg.rollout, cfg.model, device=str(resolve_device(cfg.trainer.device)),
-                            seed=int(cfg.seed), policies=bases or engine_policies(cfg.policies, cfg.model.path),
-                            lora_ranks=lora_ranks)
-    except NotImplementedError as e:  # a backend that is declared but not built yet
-        raise ConfigError(str(e)) from None

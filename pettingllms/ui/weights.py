@@ -112,7 +112,7 @@ def demo_weights(cfg: Any) -> DemoWeights:
 def build_demo_engine(cfg: Any, weights: DemoWeights) -> Any:
     """The engine of cfg.rollout.engine with `weights` in place (ConfigError when it cannot take them)."""
     from pettingllms.rollout.engines.weights import read_adapter
-    from pettingllms.trainer.components import build_rollout_engine
+    from pettingllms.trainer.assemble import build_rollout_engine
 
     engine_name = str(cfg.rollout.engine)
     paths, ranks = {}, {}

@@ -13,7 +13,7 @@ worker would come back with base weights.
 
 Ray: `ray.address=local` starts a private Ray for this run (token auth off: it is reachable only
 from this machine and lives as long as the run); `auto` or HOST:PORT joins a cluster started with
-`ray start` (README, "On GPUs and clusters").
+`ray start` (docs/backends.md).
 """
 from __future__ import annotations
 
