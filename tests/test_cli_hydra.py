@@ -226,11 +226,24 @@ def test_bad_search_path_is_one_line(user_dir, args, message):
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stdout + r.stderr
 
 
+@pytest.fixture
+def keep_root_logging():
+    """hydra.main run in this process configures the root logger (INFO, its handlers): put it back
+    so later tests see the logging they would see alone."""
+    import logging
+
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
+
+
 @pytest.mark.parametrize("args", [
     ["--config-dir", "{user_dir}", "--config-name", "my_exp", "algorithm=my_algo"],
     ["--config-name", "tiny_test", "hydra.searchpath=[file://{user_dir}]", "algorithm=my_algo"],
 ])
-def test_hydra_job_gets_the_dry_run_config(user_dir, tmp_path, args):
+def test_hydra_job_gets_the_dry_run_config(user_dir, tmp_path, args, keep_root_logging):
     """hydra.main composes from the same search path as the pre-flight."""
     args = [a.format(user_dir=user_dir) for a in args] + [f"trainer.output_dir={tmp_path}"]
     jobs: list[dict] = []

@@ -94,6 +94,7 @@ def test_a_folder_built_by_an_older_data_version_is_kept_and_named(tmp_path, mon
     module = _fake_builder(monkeypatch, calls)
     out = ensure_dataset("toy", tmp_path, builder="fake_data_builder")
     assert json.loads((out / "build.json").read_text())["version"] == 1
+    caplog.clear()  # the build's own info line
     with caplog.at_level(logging.WARNING, logger="pettingllms.envs.dataset"):
         ensure_dataset("toy", tmp_path, builder="fake_data_builder")
         assert not caplog.records  # same version: silent
