@@ -13,6 +13,7 @@ pytest.importorskip("verl")
 pytest.importorskip("ray")
 
 from pettingllms.algorithms.loss import ppo_loss  # noqa: E402
+from pettingllms.config.schema import AlgorithmConfig  # noqa: E402
 from pettingllms.policies.verl import batch as vb  # noqa: E402
 from pettingllms.policies.verl import cpu  # noqa: E402
 from policy_helpers import TINY, make_cfg, make_samples  # noqa: E402
@@ -126,7 +127,7 @@ def test_policy_loss_is_global_over_ranks_and_micro_batches(mode):
     ref = lp + 0.2 * torch.randn(B, T, generator=g)
     ent = torch.rand(B, T, generator=g)
     adv = torch.randn(B, generator=g)
-    whole, _ = ppo_loss(lp, old, adv, mask, algo, ref_logprobs=ref, entropy=ent)
+    whole, _ = ppo_loss(lp, old, adv, mask, AlgorithmConfig(**algo), ref_logprobs=ref, entropy=ent)
 
     import pettingllms.policies.verl.batch as mod
     original = mod.response_values

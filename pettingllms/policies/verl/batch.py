@@ -103,6 +103,7 @@ def policy_loss(algo: dict[str, Any], model_output: dict, data: Any, dp_group: A
     from verl.utils.metric import AggregationType, Metric
 
     from pettingllms.algorithms.loss import ppo_loss
+    from pettingllms.config.schema import AlgorithmConfig
 
     log_prob = response_values(model_output["log_probs"], data)
     entropy = model_output.get("entropy", None)
@@ -116,8 +117,8 @@ def policy_loss(algo: dict[str, Any], model_output: dict, data: Any, dp_group: A
     dp = float(data["dp_size"])
     tokens = float(data["batch_num_tokens"])
     seqs = float(data["global_batch_size"])
-    loss, m = ppo_loss(log_prob.float(), old, padded["advantages"].float(), mask, algo, ref_logprobs=ref,
-                       entropy=entropy.float() if entropy is not None else None,
+    loss, m = ppo_loss(log_prob.float(), old, padded["advantages"].float(), mask, AlgorithmConfig(**algo),
+                       ref_logprobs=ref, entropy=entropy.float() if entropy is not None else None,
                        global_tokens=tokens / dp, global_seqs=seqs / dp)
     # Globally normalised terms add up over micro-batches (verl averages SUM metrics over ranks, as
     # FSDP does gradients); ratios are per-call means. verl reports the loss itself.

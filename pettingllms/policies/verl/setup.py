@@ -159,12 +159,13 @@ def training_worker_config(cfg: Any, spec: PolicySpec, model_path: str, adapter_
         param_offload=bool(vc.param_offload), optimizer_offload=bool(vc.optimizer_offload),
         use_dynamic_bsz=False, micro_batch_size_per_gpu=mb, infer_micro_batch_size_per_gpu=mb,
         use_torch_compile=False, seed=int(cfg.seed), forward_only=False)
-    warmup = int(tr.warmup_steps)
-    clip = float(tr.grad_clip)
+    op = tr.optim
+    warmup = int(op.warmup_steps)
+    clip = float(op.grad_clip)
     optim = FSDPOptimizerConfig(
-        lr=float(spec.lr), weight_decay=float(spec.weight_decay), betas=tuple(float(b) for b in tr.betas),
+        lr=float(spec.lr), weight_decay=float(spec.weight_decay), betas=tuple(float(b) for b in op.betas),
         clip_grad=clip if clip > 0 else float("inf"), total_training_steps=int(tr.total_steps),
-        lr_warmup_steps=warmup, lr_scheduler_type=str(tr.lr_schedule), min_lr_ratio=float(tr.min_lr_ratio),
+        lr_warmup_steps=warmup, lr_scheduler_type=str(op.lr_schedule), min_lr_ratio=float(op.min_lr_ratio),
         # verl's warmup starts at lr 0 on step 0; counting from 1 gives local's (s + 1) / warmup.
         zero_indexed_step=warmup <= 0, override_optimizer_config={"eps": 1e-8})
     ckpt = CheckpointConfig(save_contents=["model", "optimizer", "extra"], load_contents=["model", "optimizer", "extra"])

@@ -180,9 +180,9 @@ class VerlPolicyWorker:
         # verl's perf/* are machine-wide memory readings and mfu a GPU estimate: not the policy's.
         metrics = {k: v / n_steps for k, v in sums.items() if not k.startswith("perf/") and k != "mfu"}
         # verl reports the LR after its scheduler step; like local, report the LR this update used.
-        tr = self.trainer
-        metrics["lr"] = float(self.spec.lr) * lr_lambda(int(tr.warmup_steps), int(tr.total_steps),
-                                                        float(tr.min_lr_ratio), str(tr.lr_schedule))(self.updates)
+        tr, op = self.trainer, self.trainer.optim
+        metrics["lr"] = float(self.spec.lr) * lr_lambda(int(op.warmup_steps), int(tr.total_steps),
+                                                        float(op.min_lr_ratio), str(op.lr_schedule))(self.updates)
         metrics.update({"logprob_s": logprob_s, "optimizer_steps": float(n_steps),
                         "num_samples": float(len(samples)),
                         "num_tokens": float(sum(len(s.response_ids) for s in samples)),
