@@ -41,7 +41,8 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
     backend = make_backend(cfg, env_factory)
     try:
         policies = backend.build_policies(agents)
-        backend.start(comp.policy_bases(policies))
+        bases = comp.policy_bases(policies)  # the models evaluated (model.path, or each policy's base)
+        backend.start(bases)
         if ckpt is not None:
             ckpt_io.load_checkpoint(ckpt, policies.workers)  # one line if it does not fit
             backend.sync_weights()
@@ -51,7 +52,7 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
     finally:
         backend.close()
     result.update({"experiment": str(cfg.experiment), "split": str(cfg.eval.split),
-                   "checkpoint": str(ckpt) if ckpt else "", "model": str(cfg.model.path),
+                   "checkpoint": str(ckpt) if ckpt else "", "model": ", ".join(sorted(set(bases.values()))),
                    "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)})
     return result
 
@@ -80,7 +81,9 @@ def output_path(cfg: DictConfig, checkpoint: str, digest: str, job_dir: Path | N
     if job_dir is not None:
         return Path(job_dir) / name
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(cfg.trainer.output_dir) / str(cfg.experiment) / "eval" / f"base_{stamp}_{name}"
+    from pettingllms.trainer.assemble import run_place
+
+    return Path(run_place(cfg).output_dir) / str(cfg.experiment) / "eval" / f"base_{stamp}_{name}"
 
 
 def refuse_other_settings(out: Path, digest: str) -> None:

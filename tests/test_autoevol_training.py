@@ -174,4 +174,4 @@ def test_bad_autoevol_configs_fail_clearly(tmp_path):
     cfg = autoevol_cfg(tmp_path, "trainer.role_lr.lrs={designer: 0.1, critic: 0.1}")
     from pettingllms.trainer.local import check_role_lr
     with pytest.raises(ConfigError, match="critic"):
-        check_role_lr(cfg, ["designer", "executor"])
+        check_role_lr(cfg.trainer.role_lr, ["designer", "executor"])

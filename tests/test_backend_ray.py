@@ -84,7 +84,7 @@ def test_sandbox_errors_in_a_ray_worker_reach_the_metrics_and_threads_auto_works
 
 
 def test_worker_threads_for_each_setting():
-    from pettingllms.trainer.backends.ray import worker_threads
+    from pettingllms.utils.threads import worker_threads
 
     assert worker_threads("auto", 0.5, 7) == 1 and worker_threads("auto", 3.0, 7) == 3
     assert worker_threads(2, 1.0, 7) == 2 and worker_threads(0, 1.0, 7) == 7

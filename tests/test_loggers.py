@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_sink_selection_and_checks(tmp_path):
     cfg = trainer_cfg(tmp_path, "trainer.logging.logger=[console,tensorboard]")
-    assert selected_sinks(cfg) == ["jsonl", "console", "tensorboard"]  # jsonl is always on
+    assert selected_sinks(cfg.trainer.logging) == ["jsonl", "console", "tensorboard"]  # jsonl is always on
     cfg = trainer_cfg(tmp_path, "trainer.logging.logger=[console,tensorboard]", "trainer.logging.log_tensorboard=false")
-    assert selected_sinks(cfg) == ["jsonl", "console"]
+    assert selected_sinks(cfg.trainer.logging) == ["jsonl", "console"]
     with pytest.raises(ConfigError, match="unknown trainer.logging.logger entry 'wandbb' \\(did you mean 'wandb'\\?\\)"):
         check_loggers(trainer_cfg(tmp_path, "trainer.logging.logger=[console,wandbb]").trainer.logging.logger)
     assert scalars({"step": 3, "a": 1, "b": float("nan"), "c": "x", "d": True}) == {"a": 1.0}

@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 from pettingllms.errors import ConfigError
 from pettingllms.envs.dataset import ensure_dataset, load_split
 from pettingllms.trainer import checkpoint as ckpt_io
-from pettingllms.trainer.local import LocalTrainer, resolve_run
+from pettingllms.trainer.assemble import resolve_run_folder
+from pettingllms.trainer.local import LocalTrainer
 from trainer_fixtures import ENV_NAME, RandomTokenEngine, trainer_cfg
 
 
@@ -137,7 +138,7 @@ def test_run_folder_with_checkpoints_but_no_metrics_is_refused(tmp_path):
     _fake_run(run_dir, cfg)
     before = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
     with pytest.raises(ConfigError, match="is not empty .*use trainer.checkpoint.resume=auto to continue it"):
-        resolve_run(cfg)
+        resolve_run_folder(cfg)
     assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == before
 
 
@@ -146,14 +147,14 @@ def test_resume_refuses_a_changed_config(tmp_path):
     _fake_run(run_dir, trainer_cfg(tmp_path, "trainer.run_name=r"))
     changed = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "rollout.k=4", "trainer.optim.lr=0.01")
     with pytest.raises(ConfigError) as e:
-        resolve_run(changed)
+        resolve_run_folder(changed)
     msg = str(e.value)
     assert "differs from its config.yaml: rollout.k: 2 -> 4; trainer.optim.lr: 0.001 -> 0.01" in msg
     assert "trainer.checkpoint.resume_allow_changes=true" in msg and "\n" not in msg
     assert not (run_dir / "config_changes.jsonl").exists()
     # the same config (and where/how it is started) resumes
     same = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "trainer.checkpoint.save_freq=1")
-    assert resolve_run(same) == (run_dir, ckpt_io.checkpoint_dir(run_dir, 2))
+    assert resolve_run_folder(same) == (run_dir, ckpt_io.checkpoint_dir(run_dir, 2))
 
 
 def test_resume_allow_changes_records_the_diff(tmp_path, caplog):
@@ -162,7 +163,7 @@ def test_resume_allow_changes_records_the_diff(tmp_path, caplog):
     cfg = trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "rollout.k=4",
                       "trainer.checkpoint.resume_allow_changes=true")
     with caplog.at_level(logging.WARNING):
-        assert resolve_run(cfg)[1] == ckpt_io.checkpoint_dir(run_dir, 2)
+        assert resolve_run_folder(cfg)[1] == ckpt_io.checkpoint_dir(run_dir, 2)
     record = json.loads((run_dir / "config_changes.jsonl").read_text())
     assert record["changes"] == {"rollout.k": [2, 4]} and record["checkpoint"] == "step_000002"
     assert "changed settings" in caplog.text
@@ -175,14 +176,14 @@ def test_resume_auto_without_checkpoint_starts_fresh_apart_from_stale_outputs(tm
     (run_dir / "trajectories" / "step_3.jsonl").write_text("{}\n")
     (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
     with caplog.at_level(logging.WARNING):
-        assert resolve_run(cfg) == (run_dir, None)
+        assert resolve_run_folder(cfg) == (run_dir, None)
     assert "no complete checkpoint" in caplog.text and "starting fresh" in caplog.text
     stale = [p for p in run_dir.iterdir() if p.name.startswith("stale-")]
     assert len(stale) == 1 and (stale[0] / "trajectories" / "step_3.jsonl").exists()
     assert not (run_dir / "trajectories").exists() and not (run_dir / "metrics.jsonl").exists()
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # an empty / new folder: still says it starts fresh
-        resolve_run(trainer_cfg(tmp_path, "trainer.run_name=new", "trainer.checkpoint.resume=auto"))
+        resolve_run_folder(trainer_cfg(tmp_path, "trainer.run_name=new", "trainer.checkpoint.resume=auto"))
     assert "starting fresh" in caplog.text
 
 
@@ -234,7 +235,7 @@ def test_checkpoint_of_other_policies_is_one_line(saved_run, tmp_path):
     # and resume=auto refuses it before loading anything, as a changed config
     run = _copy_run(run_dir, tmp_path / "outputs" / "tiny_test" / "r")
     with pytest.raises(ConfigError, match="differs from its config.yaml: agents_mode"):
-        resolve_run(trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "policies=per_agent_lora",
+        resolve_run_folder(trainer_cfg(tmp_path, "trainer.run_name=r", "trainer.checkpoint.resume=auto", "policies=per_agent_lora",
                                 "trainer.total_steps=2", "trainer.checkpoint.save_freq=1", f"env.data_root={tmp / 'datasets'}"))
     assert run.exists()
 

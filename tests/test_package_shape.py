@@ -18,6 +18,7 @@ import Thing`, Thing not a submodule) is still an edge back into `__init__`, a r
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from pathlib import Path
 
@@ -220,3 +221,34 @@ def test_walker_sees_a_module_importing_its_own_facade(tmp_path):
     assert graph["pkg.sub.tool"] == {"pkg", "pkg.core"}
     _write(tmp_path, {"pkg/core.py": "from pkg import run as _\n"})
     assert circles(import_graph(tmp_path, "pkg")) == ["pkg -> pkg.core -> pkg"]
+
+
+# Where the run config's blocks may be read: the config package and the one place that hands each
+# component its own typed blocks. Everything else takes blocks (RolloutSettings, WorkerSettings,
+# MappingConfig, LoopSettings, ...), so a component never depends on the whole run config.
+BLOCK_READERS = ("config/", "trainer/assemble.py")
+_BLOCK_READ = re.compile(r"\bcfg\.(trainer|rollout|model|algorithm)\b")
+
+
+def block_reads(package: Path) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith(BLOCK_READERS):
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _BLOCK_READ.search(line):
+                out.append(f"{PACKAGE}/{rel}:{n}: {line.strip()}")
+    return out
+
+
+def test_only_the_config_package_and_assemble_read_run_config_blocks():
+    found = block_reads(ROOT / PACKAGE)
+    assert not found, "read the block through trainer/assemble.py instead:\n  " + "\n  ".join(found)
+
+
+def test_block_read_check_finds_a_reader(tmp_path):
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "assemble.py").write_text("x = cfg.trainer.total_steps\n")
+    (tmp_path / "engine.py").write_text("steps = cfg.trainer.total_steps\nname = self.cfgx.model\n")
+    assert block_reads(tmp_path) == [f"{PACKAGE}/engine.py:1: steps = cfg.trainer.total_steps"]

@@ -14,7 +14,8 @@ from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.assemble import evaluate_on
 from pettingllms.trainer.evaluation import flat_metrics, format_table
-from pettingllms.trainer.local import LocalTrainer, before_after, resolve_run, rollout_seed
+from pettingllms.trainer.assemble import resolve_run_folder
+from pettingllms.trainer.local import LocalTrainer, before_after, rollout_seed
 from pettingllms.trainer.outputs import summary_line
 from trainer_fixtures import ENV_NAME, RandomTokenEngine, trainer_cfg
 
@@ -98,16 +99,16 @@ def test_rollout_seed_depends_on_seed_and_step():
 
 def test_resume_needs_a_stable_run_folder(tmp_path):
     with pytest.raises(ConfigError, match="resume=auto needs a stable run folder"):
-        resolve_run(trainer_cfg(tmp_path, "trainer.checkpoint.resume=auto"))
+        resolve_run_folder(trainer_cfg(tmp_path, "trainer.checkpoint.resume=auto"))
     with pytest.raises(ConfigError, match="not a complete checkpoint"):
-        resolve_run(trainer_cfg(tmp_path, f"trainer.checkpoint.resume={tmp_path}"))
+        resolve_run_folder(trainer_cfg(tmp_path, f"trainer.checkpoint.resume={tmp_path}"))
 
 
 def test_existing_run_name_is_not_overwritten(two_step_run):
     run_dir, _, _, _ = two_step_run
     cfg = trainer_cfg(run_dir.parents[2], "trainer.run_name=r")
     with pytest.raises(ConfigError, match="run folder .* is not empty .*use trainer.checkpoint.resume=auto"):
-        resolve_run(cfg)
+        resolve_run_folder(cfg)
 
 
 def test_torn_checkpoint_is_ignored(tmp_path):

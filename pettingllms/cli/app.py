@@ -213,17 +213,18 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
     evaluate (and the demo entry points): `<output_dir>/<experiment>/<kind>/<timestamp>`. A sweep's jobs are numbered
     folders inside, so they never share one.
     """
+    from pettingllms.trainer.assemble import run_place
     from pettingllms.trainer.outputs import default_run_folder, fresh_dir
 
-    first = cfgs[0]
-    experiment_dir = Path(first.trainer.output_dir) / str(first.experiment)
+    first = run_place(cfgs[0])
+    experiment_dir = Path(first.output_dir) / first.experiment
     key = "hydra.sweep.dir" if cmd.multirun else "hydra.run.dir"
     out: list[str] = []
     if not _user_set(cmd.overrides, key):
         if kind != "train":  # eval, serve, demo: a fresh folder for Hydra's log and record
             root = fresh_dir(experiment_dir / kind)
         elif cmd.multirun:  # each job checks its own numbered folder (resume or refuse to overwrite)
-            root = experiment_dir / first.trainer.run_name if first.trainer.run_name else fresh_dir(experiment_dir)
+            root = experiment_dir / first.run_name if first.run_name else fresh_dir(experiment_dir)
         else:
             root = default_run_folder(first)
         out.append(f"{key}={quote(root)}")
@@ -235,8 +236,10 @@ def default_output_dirs(cmd: Command, cfgs: list[DictConfig], kind: str) -> list
 def check_resume_folder(cmd: Command, cfgs: list[DictConfig]) -> None:
     """resume=auto needs a folder that a rerun finds again: a run name or an explicit dir."""
     placed = _user_set(cmd.overrides, "hydra.sweep.dir" if cmd.multirun else "hydra.run.dir")
-    for cfg in cfgs:
-        if str(cfg.trainer.checkpoint.resume) == "auto" and not cfg.trainer.run_name and not placed:
+    from pettingllms.trainer.assemble import run_place
+
+    for place in map(run_place, cfgs):
+        if place.resume == "auto" and not place.run_name and not placed:
             raise ConfigError("trainer.checkpoint.resume=auto needs a stable run folder: set trainer.run_name or "
                               "hydra.run.dir (or pass trainer.checkpoint.resume=PATH to a checkpoint folder)")
 

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 from omegaconf import DictConfig
 
+from pettingllms.config.schema import (AlgorithmConfig, CheckpointConfig, LoggingConfig, PhaseConfig, RoleLrConfig,
+                                       ValidationConfig)
 from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import MappingConfig
 from pettingllms.policies.settings import WorkerSettings
 from pettingllms.rollout.runner import RolloutSettings
+from pettingllms.trainer.outputs import RunPlace
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,21 @@ class RunSetup:
     """What `build_run` settled for this process."""
     device: torch.device  # trainer.device resolved (policy workers and the HF engine)
     threads: int  # torch threads now in use (trainer.threads)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the trainer loop reads itself (trainer/local.py); the components get their own blocks."""
+    experiment: str
+    seed: int
+    total_steps: int
+    batch_size: int  # problems per step (rollout.batch_size)
+    algorithm: AlgorithmConfig  # advantages
+    phases: Sequence[PhaseConfig]
+    role_lr: RoleLrConfig
+    checkpoint: CheckpointConfig
+    validation: ValidationConfig
+    logging: LoggingConfig
 
 
 def quiet_hf_progress() -> None:
@@ -125,6 +144,75 @@ def build_rollout_engine(cfg: DictConfig, bases: Mapping[str, str],
                             lora_ranks=lora_ranks)
     except NotImplementedError as e:  # a backend that is declared but not built yet
         raise ConfigError(str(e)) from None
+
+
+def run_place(cfg: DictConfig) -> RunPlace:
+    tr = cfg.trainer
+    return RunPlace(output_dir=str(tr.output_dir), experiment=str(cfg.experiment), run_name=str(tr.run_name or ""),
+                    resume=str(tr.checkpoint.resume), allow_changes=bool(tr.checkpoint.resume_allow_changes),
+                    config=cfg)
+
+
+def resolve_run_folder(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Path | None]:
+    """The run folder and the checkpoint to resume from (outputs.resolve_run)."""
+    from pettingllms.trainer.outputs import resolve_run
+
+    return resolve_run(run_place(cfg), run_dir)
+
+
+def run_outputs(cfg: DictConfig, run_dir: Path, history: Sequence[dict] = (), resume_step: int | None = None,
+                line: Any = None) -> Any:
+    """RunOutputs for this run: config.yaml, metrics to every trainer.logging sink, trajectories."""
+    from pettingllms.trainer.outputs import RunOutputs
+
+    return RunOutputs(run_dir, cfg, cfg.trainer.logging, int(cfg.trainer.total_steps), history,
+                      resume_step=resume_step, line=line)
+
+
+def loop_settings(cfg: DictConfig) -> LoopSettings:
+    tr = cfg.trainer
+    return LoopSettings(experiment=str(cfg.experiment), seed=int(cfg.seed), total_steps=int(tr.total_steps),
+                        batch_size=int(cfg.rollout.batch_size), algorithm=cfg.algorithm, phases=list(tr.phases),
+                        role_lr=tr.role_lr, checkpoint=tr.checkpoint, validation=tr.validation, logging=tr.logging)
+
+
+def backend_name(cfg: DictConfig) -> str:
+    """trainer.backend: local | ray | verl (trainer.backends.make_backend builds it)."""
+    return str(cfg.trainer.backend)
+
+
+def rollout_worker_threads(cfg: DictConfig, current: int) -> int:
+    """A Ray rollout worker's torch threads (`trainer.threads`; see utils.threads.worker_threads)."""
+    from pettingllms.utils.threads import worker_threads
+
+    return worker_threads(cfg.trainer.threads, cfg.ray.cpus_per_worker, current)
+
+
+def verl_settings(cfg: DictConfig) -> Any:
+    from pettingllms.policies.verl.setup import VerlSettings
+
+    tr = cfg.trainer
+    return VerlSettings(worker=worker_settings(cfg, "cpu"), verl=tr.verl, n_gpus_per_node=int(tr.n_gpus_per_node),
+                        nnodes=int(tr.nnodes), device=str(tr.device))
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What the MetaAgent-X demo's weights and engine depend on (ui/weights.py, ui/serve.py)."""
+    base: str  # model.path
+    checkpoint: str  # mas.checkpoint: auto | none | a run folder or checkpoint
+    output_dir: str  # trainer.output_dir, where `auto` looks for cold starts
+    engine: str  # rollout.engine
+
+
+def demo_config(cfg: DictConfig) -> DemoConfig:
+    return DemoConfig(base=str(cfg.model.path), checkpoint=str(cfg.mas.checkpoint).strip(),
+                      output_dir=str(cfg.trainer.output_dir), engine=str(cfg.rollout.engine))
+
+
+def prompt_limit(cfg: DictConfig) -> int:
+    """rollout.max_prompt_tokens: SFT rows are cut as the engines cut prompts."""
+    return int(cfg.rollout.max_prompt_tokens)
 
 
 def load_initial_weights(cfg: DictConfig, workers: Mapping[str, Any]) -> None:

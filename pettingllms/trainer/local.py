@@ -17,20 +17,21 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
+from pettingllms.config.schema import PhaseConfig, RoleLrConfig
 from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import role_lrs_at
 from pettingllms.trainer import assemble
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
+from pettingllms.trainer.backends import make_backend
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import flat_metrics
 from pettingllms.trainer.metrics import (batch_metrics, policy_metrics,
                                          sandbox_warning, starved_agents, timing_sum)
-from pettingllms.trainer.outputs import RunOutputs, resolve_run
 from pettingllms.trainer.timing import Stopwatch
 from pettingllms.utils.seeding import derive_seed, restore_rng_state
 
@@ -41,20 +42,20 @@ def rollout_seed(seed: int, step: int) -> int:
     return derive_seed(int(seed), "rollout", int(step)) % (2**31)
 
 
-def check_phases(cfg: DictConfig, names: list[str]) -> None:
+def check_phases(phases: Sequence[PhaseConfig], names: list[str]) -> None:
     """A misspelt policy in trainer.phases would silently freeze everything: refuse it."""
-    for phase in cfg.trainer.phases:
+    for phase in phases:
         unknown = [n for n in phase.train_policies if n not in names]
         if unknown:
             raise ConfigError(f"trainer.phases[start_step={phase.start_step}] names unknown policies "
                               f"{unknown}; the policies are {names}")
 
 
-def check_role_lr(cfg: DictConfig, agents: list[str]) -> None:
-    unknown = [a for a in cfg.trainer.role_lr.lrs if a not in agents]
+def check_role_lr(role_lr: RoleLrConfig, agents: list[str]) -> None:
+    unknown = [a for a in role_lr.lrs if a not in agents]
     if unknown:
         raise ConfigError(f"trainer.role_lr.lrs names unknown agents {unknown}; the agents are {agents}")
-    if int(cfg.trainer.role_lr.swap_every) < 0:
+    if int(role_lr.swap_every) < 0:
         raise ConfigError("trainer.role_lr.swap_every must be >= 0")
 
 
@@ -63,23 +64,22 @@ class LocalTrainer:
     `run_dir` is the run folder the command line chose (default: see outputs.resolve_run)."""
 
     def __init__(self, cfg: DictConfig, engine: Any = None, run_dir: Path | None = None) -> None:
-        from pettingllms.trainer.backends import make_backend
-
-        self.cfg = cfg
+        self.cfg = cfg  # handed to trainer.assemble, which gives each component its blocks
+        self.loop = loop = assemble.loop_settings(cfg)
         self.setup = assemble.build_run(cfg)
-        self.run_dir, resume_from = resolve_run(cfg, run_dir)
+        self.run_dir, resume_from = assemble.resolve_run_folder(cfg, run_dir)
 
         self.env_factory = comp.make_env_factory(cfg)
         self.agents = list(self.env_factory().agents)
         self.problems = comp.load_problems(cfg, "train", cfg.env.train_limit)
-        self.order = DataOrder(len(self.problems), int(cfg.seed))
+        self.order = DataOrder(len(self.problems), loop.seed)
         self.backend = make_backend(cfg, self.env_factory, engine=engine, run_dir=self.run_dir)
         try:  # engines, Ray actors: nothing started here outlives a failed set-up
             self.policies = self.backend.build_policies(self.agents)
             self.workers: dict[str, Any] = dict(self.policies.workers)
             self.agent_policy: dict[str, str] = dict(self.policies.agent_policy)
-            check_phases(cfg, list(self.workers))
-            check_role_lr(cfg, self.agents)
+            check_phases(loop.phases, list(self.workers))
+            check_role_lr(loop.role_lr, self.agents)
             if resume_from is None:  # trainer.checkpoint.init_from (e.g. the SFT cold start); a resume wins
                 assemble.load_initial_weights(cfg, self.workers)
             self.backend.start(comp.policy_bases(self.policies))
@@ -102,30 +102,30 @@ class LocalTrainer:
         self.backend.sync_weights()
         self._val_problems: list[dict[str, Any]] | None = None
         self.val_before: dict[str, float] = {}
-        self.outputs = RunOutputs(self.run_dir, cfg, self.history,
-                                  resume_step=self.step if resume_from is not None else None)
+        self.outputs = assemble.run_outputs(cfg, self.run_dir, self.history,
+                                            resume_step=self.step if resume_from is not None else None)
         if rng_state is not None:  # last, after everything that draws random numbers at build time
             restore_rng_state(rng_state)
 
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, Any]:
-        cfg, sw = self.cfg, Stopwatch()
+        loop, sw = self.loop, Stopwatch()
         self.backend.begin_step()
         t_step = time.perf_counter()
-        problems = [self.problems[i] for i in self.order.next_indices(int(cfg.rollout.batch_size))]
+        problems = [self.problems[i] for i in self.order.next_indices(loop.batch_size)]
         with sw.section("rollout"):
-            batch = self.rollout.run(problems, seed=rollout_seed(cfg.seed, step), step=step)
+            batch = self.rollout.run(problems, seed=rollout_seed(loop.seed, step), step=step)
         batch.step = step
         self.backend.pause_engines()
         with sw.section("advantages"):
             from pettingllms.algorithms.advantages import compute_advantages
-            compute_advantages(batch.samples, cfg.algorithm)
+            compute_advantages(batch.samples, loop.algorithm)
         reports: dict[str, dict[str, Any]] = {}
         on = self.policies.set_step(step)  # trainer.phases: which policies train now
         updated = [name for name in self.workers if name in on]
         with sw.section("update"):
             parts = self.policies.split(batch.samples)
-            lrs = role_lrs_at(cfg.trainer.role_lr, step)  # trainer.role_lr: per-role rates
+            lrs = role_lrs_at(loop.role_lr, step)  # trainer.role_lr: per-role rates
             for name in updated:
                 if lrs is None:
                     reports[name] = self.workers[name].update(parts[name], step)
@@ -142,7 +142,7 @@ class LocalTrainer:
             metrics.update(batch.counters)  # sandbox/*, judge/*: counted where the envs stepped
             if (warning := sandbox_warning(metrics)) is not None:
                 log.warning("step %d: %s", step, warning)
-            if cfg.trainer.logging.save_trajectories:
+            if loop.logging.save_trajectories:
                 self.outputs.write_trajectories(step, batch.episodes)
         step_s = time.perf_counter() - t_step
         gen = self.backend.generation_stats()
@@ -171,7 +171,7 @@ class LocalTrainer:
     def save(self) -> Path:
         state = {"data": self.order.state_dict(), "metrics": self.history}
         path = ckpt_io.save_checkpoint(self.run_dir, self.step, self.workers, state)
-        ckpt_io.prune_checkpoints(self.run_dir, int(self.cfg.trainer.checkpoint.keep_checkpoints))
+        ckpt_io.prune_checkpoints(self.run_dir, int(self.loop.checkpoint.keep_checkpoints))
         return path
 
     # ------------------------------------------------------------------ the loop
@@ -179,11 +179,11 @@ class LocalTrainer:
         """Train to trainer.total_steps (or stop after `max_steps` more); returns all metrics."""
         from tqdm import tqdm
 
-        tr = self.cfg.trainer
-        val, logging_, saving = tr.validation, tr.logging, tr.checkpoint
-        total = int(tr.total_steps)
+        loop = self.loop
+        val, logging_, saving = loop.validation, loop.logging, loop.checkpoint
+        total = loop.total_steps
         stop = total if max_steps is None else min(total, self.step + int(max_steps))
-        bar = tqdm(total=total, initial=self.step, desc=str(self.cfg.experiment), unit="step",
+        bar = tqdm(total=total, initial=self.step, desc=loop.experiment, unit="step",
                    disable=not logging_.progress_bar, file=sys.stderr, dynamic_ncols=True)
         t_run = time.perf_counter()
         try:

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
+from pettingllms.config.schema import LoggingConfig
 from pettingllms.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,9 @@ def scalars(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if k != "step" and finite(v)}
 
 
-def selected_sinks(cfg: DictConfig) -> list[str]:
-    names = [str(n) for n in cfg.trainer.logging.logger]
-    if not bool(cfg.trainer.logging.log_tensorboard):  # the older switch still turns TensorBoard off
+def selected_sinks(logging_cfg: LoggingConfig) -> list[str]:
+    names = [str(n) for n in logging_cfg.logger]
+    if not bool(logging_cfg.log_tensorboard):  # the older switch still turns TensorBoard off
         names = [n for n in names if n != "tensorboard"]
     return ["jsonl"] + [n for n in dict.fromkeys(names) if n != "jsonl"]
 
@@ -154,10 +155,10 @@ def _netrc_has(host: str) -> bool:
 
 
 class WandbLogger:
-    def __init__(self, run_dir: Path, cfg: DictConfig, run_id: str | None) -> None:
+    def __init__(self, run_dir: Path, cfg: DictConfig, project: str, run_id: str | None) -> None:
         import wandb
 
-        self.run = wandb.init(project=str(cfg.trainer.logging.project), group=str(cfg.experiment), name=run_dir.name,
+        self.run = wandb.init(project=str(project), group=str(cfg.experiment), name=run_dir.name,
                               id=run_id, resume="allow", dir=str(run_dir), mode=wandb_mode(),
                               config=OmegaConf.to_container(cfg, resolve=True), job_type="train")
         self.run_id = self.run.id
@@ -177,7 +178,7 @@ def mlflow_name(key: str) -> str:
 
 
 class MlflowLogger:
-    def __init__(self, run_dir: Path, cfg: DictConfig, run_id: str | None) -> None:
+    def __init__(self, run_dir: Path, cfg: DictConfig, project: str, run_id: str | None) -> None:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
@@ -193,7 +194,7 @@ class MlflowLogger:
         exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(
             name, artifact_location=(run_dir / "mlartifacts").resolve().as_uri())
         run = self.client.create_run(exp_id, run_name=run_dir.name,
-                                     tags={"project": str(cfg.trainer.logging.project), "run_dir": str(run_dir)})
+                                     tags={"project": str(project), "run_dir": str(run_dir)})
         self.run_id = run.info.run_id
         flat = _flatten(OmegaConf.to_container(cfg, resolve=True))
         params = [Param(mlflow_name(k), str(v)[:6000]) for k, v in flat.items()]
@@ -225,28 +226,30 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- factory
-def make_loggers(run_dir: Path, cfg: DictConfig, history: Iterable[dict], resume_step: int | None,
+def make_loggers(run_dir: Path, cfg: DictConfig, logging_cfg: LoggingConfig, history: Iterable[dict],
+                 resume_step: int | None,
                  console_line: Callable[[dict[str, Any]], str]) -> list[MetricLogger]:
-    """The sinks of `trainer.logging.logger`; resuming after step `resume_step` continues the stored
+    """The sinks `logging_cfg` (trainer.logging) names; `cfg` is the run config they record (W&B
+    config, MLflow params and config.yaml). Resuming after step `resume_step` continues the stored
     W&B / MLflow runs (None: a fresh run)."""
-    check_loggers(cfg.trainer.logging.logger)
+    check_loggers(logging_cfg.logger)
     ids_path = run_dir / IDS_FILE
     resumed = resume_step is not None
     ids = json.loads(ids_path.read_text()) if resumed and ids_path.exists() else {}
     sinks: list[MetricLogger] = []
-    for name in selected_sinks(cfg):
+    for name in selected_sinks(logging_cfg):
         if name == "jsonl":
             sinks.append(JsonlLogger(run_dir / "metrics.jsonl", history))
         elif name == "console":
-            sinks.append(ConsoleLogger(console_line, bool(cfg.trainer.logging.progress_bar)))
+            sinks.append(ConsoleLogger(console_line, bool(logging_cfg.progress_bar)))
         elif name == "tensorboard":
             sinks.append(TensorBoardLogger(run_dir / "tensorboard", resume_step + 1 if resumed else None))
         elif name == "wandb":
-            sink = WandbLogger(run_dir, cfg, ids.get("wandb"))
+            sink = WandbLogger(run_dir, cfg, logging_cfg.project, ids.get("wandb"))
             ids["wandb"] = sink.run_id
             sinks.append(sink)
         elif name == "mlflow":
-            sink = MlflowLogger(run_dir, cfg, ids.get("mlflow"))
+            sink = MlflowLogger(run_dir, cfg, logging_cfg.project, ids.get("mlflow"))
             ids["mlflow"] = sink.run_id
             sinks.append(sink)
     if ids:

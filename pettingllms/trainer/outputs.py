@@ -10,11 +10,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from pettingllms.config.schema import LoggingConfig
 from pettingllms.errors import ConfigError
 from pettingllms.records import Episode, write_jsonl
 from pettingllms.trainer import run_folder
@@ -33,31 +35,44 @@ def fresh_dir(root: Path) -> Path:
     return run
 
 
-def new_run_dir(cfg: DictConfig) -> Path:
+@dataclass(frozen=True)
+class RunPlace:
+    """Where a run lives, `<output_dir>/<experiment>/<run_name or a timestamp>`, and how it starts
+    (`trainer.checkpoint.resume`); `config` is the run config compared with a resumed run's own
+    config.yaml, which may differ only with `allow_changes`. Built by `trainer.assemble.run_place`."""
+    output_dir: str
+    experiment: str
+    run_name: str = ""
+    resume: str = "none"
+    allow_changes: bool = False
+    config: Any = None
+
+
+def new_run_dir(place: RunPlace) -> Path:
     """A fresh run folder: run_name if set, else a timestamp."""
-    root = Path(cfg.trainer.output_dir) / cfg.experiment
-    if cfg.trainer.run_name:
-        run = root / cfg.trainer.run_name
+    root = Path(place.output_dir) / place.experiment
+    if place.run_name:
+        run = root / place.run_name
         run_folder.refuse_used_folder(run)
         return run
     return fresh_dir(root)
 
 
-def default_run_folder(cfg: DictConfig) -> Path:
+def default_run_folder(place: RunPlace) -> Path:
     """The folder `resolve_run` will use without a command-line choice (no side effects)."""
-    resume = str(cfg.trainer.checkpoint.resume)
+    resume = str(place.resume)
     if resume in ("", "none"):
-        return new_run_dir(cfg)
+        return new_run_dir(place)
     if resume == "auto":
-        if not cfg.trainer.run_name:
+        if not place.run_name:
             raise ConfigError("trainer.checkpoint.resume=auto needs a stable run folder: set trainer.run_name "
                               "(or pass trainer.checkpoint.resume=PATH to a checkpoint folder)")
-        return Path(cfg.trainer.output_dir) / cfg.experiment / cfg.trainer.run_name
+        return Path(place.output_dir) / place.experiment / place.run_name
     path = Path(resume)
     return path if (path / "checkpoints").is_dir() else path.parent.parent
 
 
-def resolve_run(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Path | None]:
+def resolve_run(place: RunPlace, run_dir: Path | None = None) -> tuple[Path, Path | None]:
     """The run folder and the checkpoint to resume from (None for a fresh start).
 
     `run_dir` is the folder the command line chose (Hydra's run dir, which already holds
@@ -65,50 +80,51 @@ def resolve_run(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, Pat
     """
     from pettingllms.trainer import checkpoint as ckpt_io
 
-    resume = str(cfg.trainer.checkpoint.resume)
+    resume = str(place.resume)
     if resume in ("", "none"):
         if run_dir is None:
-            return new_run_dir(cfg), None
+            return new_run_dir(place), None
         run_folder.refuse_used_folder(Path(run_dir), ignore=HYDRA_FILES)
         return Path(run_dir), None
     if resume == "auto":
-        run_dir = Path(run_dir) if run_dir is not None else default_run_folder(cfg)
+        run_dir = Path(run_dir) if run_dir is not None else default_run_folder(place)
         latest = ckpt_io.latest_checkpoint(run_dir)
         if latest is None:
             run_folder.start_fresh_in(run_dir)
             return run_dir, None
-        run_folder.check_resume_config(run_dir, cfg, latest)
+        run_folder.check_resume_config(run_dir, place.config, place.allow_changes, latest)
         return run_dir, latest
     path = Path(resume)
     if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: take its latest
         latest = ckpt_io.latest_checkpoint(path)
         if latest is None:
             raise ConfigError(f"trainer.checkpoint.resume={resume}: no complete checkpoint in that run folder")
-        run_folder.check_resume_config(path, cfg, latest)
+        run_folder.check_resume_config(path, place.config, place.allow_changes, latest)
         return path, latest
     if not ckpt_io.is_complete(path):
         raise ConfigError(f"trainer.checkpoint.resume={resume}: not a complete checkpoint folder")
     if path.parent.name != "checkpoints":
         raise ConfigError(f"trainer.checkpoint.resume={resume}: expected <run>/checkpoints/step_NNNNNN")
-    run_folder.check_resume_config(path.parent.parent, cfg, path)
+    run_folder.check_resume_config(path.parent.parent, place.config, place.allow_changes, path)
     return path.parent.parent, path
 
 
 class RunOutputs:
     """Writes the config, the step metrics (to every `trainer.logging.logger` sink) and trajectories."""
 
-    def __init__(self, run_dir: Path, cfg: DictConfig, history: Iterable[dict] = (),
-                 resume_step: int | None = None, line: Callable[[dict[str, Any]], str] | None = None) -> None:
-        """`line`: the console line of one step's metrics (default: the RL step's summary_line)."""
+    def __init__(self, run_dir: Path, cfg: DictConfig, logging_cfg: LoggingConfig, total_steps: int,
+                 history: Iterable[dict] = (), resume_step: int | None = None,
+                 line: Callable[[dict[str, Any]], str] | None = None) -> None:
+        """`cfg`: the run config written to config.yaml; `logging_cfg`: trainer.logging; `line`: the
+        console line of one step's metrics (default: the RL step's summary_line)."""
         from pettingllms.trainer.loggers import make_loggers
 
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        total = int(cfg.trainer.total_steps)
-        self.loggers = make_loggers(self.run_dir, cfg, history, resume_step,
-                                    line or (lambda m: summary_line(m, total)))
+        self.loggers = make_loggers(self.run_dir, cfg, logging_cfg, history, resume_step,
+                                    line or (lambda m: summary_line(m, int(total_steps))))
 
     def log_metrics(self, metrics: dict[str, Any]) -> None:
         for sink in self.loggers:

@@ -90,8 +90,9 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]
     return diff
 
 
-def check_resume_config(run_dir: Path, cfg: DictConfig, checkpoint: Path) -> None:
-    """Refuse a config that differs from the run's own, unless trainer.checkpoint.resume_allow_changes."""
+def check_resume_config(run_dir: Path, cfg: DictConfig, allow_changes: bool, checkpoint: Path) -> None:
+    """Refuse a config that differs from the run's own, unless `allow_changes`
+    (trainer.checkpoint.resume_allow_changes)."""
     saved = run_dir / "config.yaml"
     if not saved.exists():
         return
@@ -106,7 +107,7 @@ def check_resume_config(run_dir: Path, cfg: DictConfig, checkpoint: Path) -> Non
         return
     shown = "; ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in list(diff.items())[:4])
     more = f" (+{len(diff) - 4} more)" if len(diff) > 4 else ""
-    if not bool(cfg.trainer.checkpoint.resume_allow_changes):
+    if not allow_changes:
         raise ConfigError(f"resuming {run_dir} with a config that differs from its config.yaml: {shown}{more}; "
                           f"resume with the same settings, or set trainer.checkpoint.resume_allow_changes=true "
                           f"(the changes are then recorded in {CHANGES_FILE})")

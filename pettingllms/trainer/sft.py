@@ -24,7 +24,7 @@ from pettingllms.errors import ConfigError
 from pettingllms.records import Sample, read_jsonl
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer import components as comp
-from pettingllms.trainer.outputs import RunOutputs, new_run_dir
+from pettingllms.trainer.outputs import new_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     rows = load_rows(cfg, agents)
     if not rows:
         raise ConfigError(f"sft.data={cfg.sft.data}: no rows for agents {list(cfg.sft.agents or agents)}")
-    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(assemble.run_place(cfg))
     policies = assemble.build_policy_set(cfg, agents, setup.device)
     assemble.load_initial_weights(cfg, policies.workers)  # e.g. more epochs on an earlier SFT checkpoint
     tokenizers: dict[str, Any] = {}
@@ -82,10 +82,10 @@ def run_sft(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         name = policies.agent_policy[row["agent"]]
         base = str(policies.workers[name].spec.base)
         tok = tokenizers.get(base) or tokenizers.setdefault(base, load_tokenizer(base))
-        per_policy[name].append(row_sample(row, tok, int(cfg.rollout.max_prompt_tokens), i))
+        per_policy[name].append(row_sample(row, tok, assemble.prompt_limit(cfg), i))
     size = max(1, int(cfg.sft.batch_size))
     total = int(cfg.sft.epochs) * sum(math.ceil(len(v) / size) for v in per_policy.values())  # the loop's steps
-    outputs = RunOutputs(run_dir, cfg, (), line=lambda m: (
+    outputs = assemble.run_outputs(cfg, run_dir, line=lambda m: (
         f"sft step {m['step']}/{total} epoch {m['epoch']} {m['sft/policy']}: nll {m.get('sft/nll', float('nan')):.4f} "
         f"({int(m.get('sft/num_tokens', 0))} tokens)"))
     history: list[dict[str, Any]] = []

@@ -30,6 +30,7 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
     """(run_query_fn(question, out_dir, progress), info for /api/health, close)."""
     from pettingllms.mas.run import run_query
     from pettingllms.sandbox import configure_sandbox, sandbox_backend, sandbox_refusal
+    from pettingllms.trainer.assemble import demo_config
     from pettingllms.ui.weights import build_demo_engine, demo_weights
 
     if cfg.get("policies"):
@@ -51,8 +52,8 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
         return run_query(question, engine, designer, engine, executor, out_dir, cfg.mas,
                          seed=int(cfg.seed), progress=progress, weights=weights.note)
 
-    info = {"designer": str(cfg.model.path), "executor": str(cfg.model.path),
-            "weights": weights.note, "engine": str(cfg.rollout.engine),
+    demo = demo_config(cfg)
+    info = {"designer": demo.base, "executor": demo.base, "weights": weights.note, "engine": demo.engine,
             "sandbox": backend.kind + (f" ({backend.confinement})" if backend.confinement else "")
             + (" (weaker: " + "; ".join(backend.weaker) + ")" if backend.weaker else "")}
     return run, info, engine.close

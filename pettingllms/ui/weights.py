@@ -84,8 +84,10 @@ def _base(base: str, why: str) -> DemoWeights:
 
 
 def demo_weights(cfg: Any) -> DemoWeights:
-    base = str(cfg.model.path)
-    choice = str(cfg.mas.checkpoint).strip()
+    from pettingllms.trainer.assemble import demo_config
+
+    demo = demo_config(cfg)
+    base, choice = demo.base, demo.checkpoint
     if choice in ("", "none"):
         return _base(base, "mas.checkpoint=none")
     if choice != "auto":
@@ -94,7 +96,7 @@ def demo_weights(cfg: Any) -> DemoWeights:
         if weights is None:
             raise ConfigError(f"mas.checkpoint={choice}: {why}")
         return weights
-    root = Path(str(cfg.trainer.output_dir)) / COLD_START_EXPERIMENT
+    root = Path(demo.output_dir) / COLD_START_EXPERIMENT
     found = [c for c in (latest_checkpoint(run) for run in root.iterdir() if run.is_dir())
              if c is not None] if root.is_dir() else []
     skipped = []
@@ -110,11 +112,11 @@ def demo_weights(cfg: Any) -> DemoWeights:
 
 
 def build_demo_engine(cfg: Any, weights: DemoWeights) -> Any:
-    """The engine of cfg.rollout.engine with `weights` in place (ConfigError when it cannot take them)."""
+    """The engine of rollout.engine with `weights` in place (ConfigError when it cannot take them)."""
     from pettingllms.rollout.engines.weights import read_adapter
-    from pettingllms.trainer.assemble import build_rollout_engine
+    from pettingllms.trainer.assemble import build_rollout_engine, demo_config
 
-    engine_name = str(cfg.rollout.engine)
+    engine_name = demo_config(cfg).engine
     paths, ranks = {}, {}
     for name, saved in weights.policies.items():
         if saved is None or saved.kind == "lora":

@@ -84,3 +84,13 @@ def apply_threads(value: Any) -> int:
         log.info("trainer.threads=auto: %d torch threads (%d allowed cores, load %s)", n, allowed_cpus(),
                  read_load())
     return torch.get_num_threads()
+
+
+def worker_threads(setting: Any, cpus_per_worker: float, current: int) -> int:
+    """A rollout worker's torch threads for `trainer.threads`: a count as given; `auto` the CPUs
+    Ray reserved for the worker (ray.cpus_per_worker, at least one): the box's free cores are the
+    driver's to count, not each worker's; 0 keeps `current` (Ray's OMP_NUM_THREADS default)."""
+    value = parse_threads(setting)
+    if value == "auto":
+        return max(1, int(cpus_per_worker))
+    return int(value) if int(value) > 0 else int(current)

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from pettingllms.config.schema import VerlConfig
 from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import PolicySpec
+from pettingllms.policies.settings import WorkerSettings
 from pettingllms.policies.verl import cpu
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,17 @@ log = logging.getLogger(__name__)
 _PORTS = (20000, 32768)  # Ray's worker ports end at 19999; Linux's ephemeral ports start at 32768
 _PORT_SPAN = 500
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding `pettingllms/`
+
+
+@dataclass(frozen=True)
+class VerlSettings:
+    """What verl's workers read (built by `trainer.assemble.verl_settings`): the local worker's
+    settings, the `trainer.verl` block, the ranks per node and nodes, and `trainer.device` as set."""
+    worker: WorkerSettings
+    verl: VerlConfig
+    n_gpus_per_node: int = 1
+    nnodes: int = 1
+    device: str = "auto"  # auto | cpu | cuda[:N], unresolved: auto follows the Ray cluster's GPUs
 
 
 @dataclass
@@ -73,16 +86,16 @@ class RayCluster:
         return ray.remote(cls)
 
     @classmethod
-    def start(cls, cfg: Any) -> "RayCluster":
+    def start(cls, settings: VerlSettings) -> "RayCluster":
         """Join (trainer.verl.ray_address) or start a local Ray, and pick the device (trainer.device:
         its type; auto is cuda when the Ray cluster has a GPU)."""
         import ray
 
-        tr, vc = cfg.trainer, cfg.trainer.verl
-        n, nodes = int(tr.n_gpus_per_node), int(tr.nnodes)
+        vc = settings.verl
+        n, nodes = int(settings.n_gpus_per_node), int(settings.nnodes)
         if n < 1 or nodes < 1:
             raise ConfigError(f"trainer.n_gpus_per_node ({n}) and trainer.nnodes ({nodes}) must be >= 1")
-        device = str(tr.device)
+        device = str(settings.device)
         if device != "auto":  # cuda:N places the HF engine; verl places its ranks on the cluster's GPUs
             device = _device_type(device)
         owns = False
@@ -137,34 +150,34 @@ def _precision(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[str(dtype)]
 
 
-def training_worker_config(cfg: Any, spec: PolicySpec, model_path: str, adapter_dir: Optional[Path]) -> Any:
+def training_worker_config(settings: VerlSettings, spec: PolicySpec, model_path: str, adapter_dir: Optional[Path]) -> Any:
     """verl's TrainingWorkerConfig for one policy."""
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
 
-    tr, vc = cfg.trainer, cfg.trainer.verl
+    ws, vc = settings.worker, settings.verl
     lora: dict[str, Any] = {}
     if spec.is_lora:
         lora = dict(lora_rank=int(spec.lora.rank), lora_alpha=int(spec.lora.alpha),
                     target_modules=list(spec.lora.target_modules), lora_adapter_path=str(adapter_dir))
     model = HFModelConfig(
         path=model_path, use_remove_padding=bool(vc.use_remove_padding),
-        enable_gradient_checkpointing=bool(cfg.model.gradient_checkpointing),
+        enable_gradient_checkpointing=bool(ws.gradient_checkpointing),
         override_config={"attn_implementation": str(vc.attn_implementation)}, **lora)
-    mb = max(1, int(tr.micro_batch_size))
+    mb = max(1, int(ws.micro_batch_size))
     engine = FSDPEngineConfig(
-        strategy=str(vc.strategy), model_dtype=_precision(cfg.model.train_dtype),
+        strategy=str(vc.strategy), model_dtype=_precision(ws.train_dtype),
         # Trainable weights stay in train_dtype (fp32 master); compute runs in model.dtype, as local does.
-        mixed_precision={"param_dtype": _precision(cfg.model.dtype), "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        mixed_precision={"param_dtype": _precision(ws.dtype), "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
         param_offload=bool(vc.param_offload), optimizer_offload=bool(vc.optimizer_offload),
         use_dynamic_bsz=False, micro_batch_size_per_gpu=mb, infer_micro_batch_size_per_gpu=mb,
-        use_torch_compile=False, seed=int(cfg.seed), forward_only=False)
-    op = tr.optim
+        use_torch_compile=False, seed=int(ws.seed), forward_only=False)
+    op = ws.optim
     warmup = int(op.warmup_steps)
     clip = float(op.grad_clip)
     optim = FSDPOptimizerConfig(
         lr=float(spec.lr), weight_decay=float(spec.weight_decay), betas=tuple(float(b) for b in op.betas),
-        clip_grad=clip if clip > 0 else float("inf"), total_training_steps=int(tr.total_steps),
+        clip_grad=clip if clip > 0 else float("inf"), total_training_steps=int(ws.total_steps),
         lr_warmup_steps=warmup, lr_scheduler_type=str(op.lr_schedule), min_lr_ratio=float(op.min_lr_ratio),
         # verl's warmup starts at lr 0 on step 0; counting from 1 gives local's (s + 1) / warmup.
         zero_indexed_step=warmup <= 0, override_optimizer_config={"eps": 1e-8})

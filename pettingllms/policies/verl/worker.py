@@ -30,7 +30,7 @@ from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.policies.training import check_samples, lr_lambda, mini_batch_plan
 from pettingllms.policies.verl import batch as vb
-from pettingllms.policies.verl.setup import RayCluster, training_worker_config
+from pettingllms.policies.verl.setup import RayCluster, VerlSettings, training_worker_config
 from pettingllms.records import Sample
 from pettingllms.utils.models import resolve_model_path, torch_dtype
 
@@ -59,21 +59,21 @@ def _metrics(out: Any) -> dict[str, float]:
 
 
 class VerlPolicyWorker:
-    def __init__(self, spec: PolicySpec, cfg: Any, cluster: RayCluster, name_prefix: str, colocate: int = 1,
+    def __init__(self, spec: PolicySpec, settings: VerlSettings, cluster: RayCluster, name_prefix: str, colocate: int = 1,
                  sync_dir: Optional[Path] = None):
         from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 
         from pettingllms.policies.verl.remote import PolicyTrainingWorker
 
-        self.spec, self.cfg, self.name = spec, cfg, spec.name
+        self.spec, self.settings, self.name = spec, settings.worker, spec.name
         self.trainable = True
-        self.algo, self.trainer = cfg.algorithm, cfg.trainer
-        self.seed = int(cfg.seed)
-        self.dtype = torch_dtype(cfg.model.dtype)
-        temp = float(cfg.rollout.sampling.temperature)
+        self.algo = settings.worker.algorithm
+        self.seed = int(settings.worker.seed)
+        self.dtype = torch_dtype(settings.worker.dtype)
+        temp = float(settings.worker.temperature)
         self.temperature = temp if temp > 0 else 1.0
         self.updates = 0
-        self.micro = max(1, int(cfg.trainer.micro_batch_size))
+        self.micro = max(1, int(settings.worker.micro_batch_size))
         if float(self.algo.kl_coef) > 0 and not spec.is_lora:
             raise ConfigError("algorithm.kl_coef > 0 with full fine-tuning is not supported on trainer.backend=verl "
                               "(it needs a second, reference worker group); use LoRA or trainer.backend=local")
@@ -89,7 +89,7 @@ class VerlPolicyWorker:
             adapter_dir = self._initial_adapter()
         tok = self._tokenizer()
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else 0)
-        config = training_worker_config(cfg, spec, resolve_model_path(spec.base), adapter_dir)
+        config = training_worker_config(settings, spec, resolve_model_path(spec.base), adapter_dir)
         self.world_size = cluster.world_size
         cls = RayClassWithInitArgs(cls=cluster.remote(PolicyTrainingWorker), config=config)
         self.group = RayWorkerGroup(resource_pool=cluster.resource_pool(colocate), ray_cls_with_init=cls, name_prefix=name_prefix,
@@ -113,7 +113,7 @@ class VerlPolicyWorker:
         from pettingllms.policies.worker import load_model
 
         base = load_model(self.spec.base, self.dtype, torch.device("cpu"))
-        lora_base = SharedLoraBase(base, self.spec.base, torch_dtype(self.cfg.model.train_dtype))
+        lora_base = SharedLoraBase(base, self.spec.base, torch_dtype(self.settings.train_dtype))
         lora_base.add_adapter(self.name, self.spec.lora, self.seed)
         folder = self._tmp / "initial_adapter"
         lora_base.save_adapter(self.name, folder)
@@ -180,8 +180,8 @@ class VerlPolicyWorker:
         # verl's perf/* are machine-wide memory readings and mfu a GPU estimate: not the policy's.
         metrics = {k: v / n_steps for k, v in sums.items() if not k.startswith("perf/") and k != "mfu"}
         # verl reports the LR after its scheduler step; like local, report the LR this update used.
-        tr, op = self.trainer, self.trainer.optim
-        metrics["lr"] = float(self.spec.lr) * lr_lambda(int(op.warmup_steps), int(tr.total_steps),
+        op = self.settings.optim
+        metrics["lr"] = float(self.spec.lr) * lr_lambda(int(op.warmup_steps), int(self.settings.total_steps),
                                                         float(op.min_lr_ratio), str(op.lr_schedule))(self.updates)
         metrics.update({"logprob_s": logprob_s, "optimizer_steps": float(n_steps),
                         "num_samples": float(len(samples)),
@@ -206,7 +206,7 @@ class VerlPolicyWorker:
             tensors, lora_config = self.trained_weights()
             return WeightUpdate(self.name, "lora", tensors, lora_config, version=self.updates)
         folder = self._sync / f"v{self.updates:06d}"
-        path = next(p for p in self.group.write_full_weights(str(folder), str(self.cfg.model.dtype)) if p)
+        path = next(p for p in self.group.write_full_weights(str(folder), str(self.settings.dtype)) if p)
         for old in self._sync.iterdir():
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)

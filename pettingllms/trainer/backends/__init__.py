@@ -1,5 +1,6 @@
-"""Backends: `make_backend(cfg, env_factory)` picks the one named by `trainer.backend`.
-See `base.py` for the protocol and docs/backends.md for how the pieces are placed."""
+"""Backends: `make_backend(cfg, env_factory)` builds the one `trainer.backend` names; each builds
+its pieces through `trainer.assemble`. See `base.py` for the protocol and docs/backends.md for how
+the pieces are placed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,13 +16,15 @@ __all__ = ["Backend", "GenerationStats", "Runner", "make_backend"]
 
 def make_backend(cfg: DictConfig, env_factory: Callable[[], Any], engine: Any = None,
                  run_dir: Path | None = None) -> Backend:
-    backend = _backend(cfg, env_factory, engine)
+    """`cfg` is the run config the backend hands to `trainer.assemble` to build its pieces."""
+    from pettingllms.trainer.assemble import backend_name
+
+    backend = _backend(backend_name(cfg), cfg, env_factory, engine)
     backend.run_dir = run_dir
     return backend
 
 
-def _backend(cfg: DictConfig, env_factory: Callable[[], Any], engine: Any) -> Backend:
-    name = str(cfg.trainer.backend)
+def _backend(name: str, cfg: DictConfig, env_factory: Callable[[], Any], engine: Any) -> Backend:
     if name == "local":
         from pettingllms.trainer.backends.local import LocalBackend
         return LocalBackend(cfg, env_factory, engine=engine)

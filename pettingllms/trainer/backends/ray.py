@@ -69,7 +69,7 @@ class RolloutWorker:
 
         from pettingllms.config.validate import validate
         from pettingllms.rollout.runner import RolloutSettings
-        from pettingllms.trainer.assemble import build_rollout_engine, rollout_settings
+        from pettingllms.trainer.assemble import build_rollout_engine, rollout_settings, rollout_worker_threads
         from pettingllms.trainer.components import make_env_factory
         from pettingllms.trainer.timing import TimedEngine
 
@@ -77,8 +77,7 @@ class RolloutWorker:
         for module in cfg.get("ray", {}).get("worker_imports") or []:  # first: a module may register
             importlib.import_module(str(module))                         # a custom env the config names
         self.cfg = validate(OmegaConf.create(cfg))
-        torch.set_num_threads(worker_threads(self.cfg.trainer.threads, self.cfg.ray.cpus_per_worker,
-                                             torch.get_num_threads()))
+        torch.set_num_threads(rollout_worker_threads(self.cfg, torch.get_num_threads()))
         self.env_factory = make_env_factory(self.cfg)
         self.engine = TimedEngine(build_rollout_engine(self.cfg, bases, lora_ranks))
         self.agent_policy = dict(agent_policy)
@@ -113,18 +112,6 @@ class RolloutWorker:
 
     def close(self) -> None:
         self.engine.close()
-
-
-def worker_threads(setting: Any, cpus_per_worker: float, current: int) -> int:
-    """A rollout worker's torch threads for `trainer.threads`: a count as given; `auto` the CPUs
-    Ray reserved for the worker (ray.cpus_per_worker, at least one): the box's free cores are the
-    driver's to count, not each worker's; 0 keeps `current` (Ray's OMP_NUM_THREADS default)."""
-    from pettingllms.utils.threads import parse_threads
-
-    value = parse_threads(setting)
-    if value == "auto":
-        return max(1, int(cpus_per_worker))
-    return int(value) if int(value) > 0 else int(current)
 
 
 class _RayRunner:

@@ -23,23 +23,28 @@ class VerlBackend(LocalBackend):
     name = "verl"
 
     def __init__(self, cfg: DictConfig, env_factory: Callable[[], Any]) -> None:
+        from pettingllms.trainer.assemble import verl_settings
+
         super().__init__(cfg, env_factory)
+        self.settings = verl_settings(cfg)
         self.cluster: Any = None
 
     def build_policies(self, agents: list[str]) -> Any:
         from pettingllms.policies.verl import build_verl_policies
         from pettingllms.policies.verl.setup import RayCluster
+        from pettingllms.trainer.assemble import mapping_config
 
-        self.cluster = RayCluster.start(self.cfg)
+        self.cluster = RayCluster.start(self.settings)
         try:
-            self.policies = build_verl_policies(self.cfg, agents, self.cluster, self._sync_dir())
+            self.policies = build_verl_policies(mapping_config(self.cfg), self.settings, agents, self.cluster,
+                                                self._sync_dir())
         except BaseException:
             self.cluster.shutdown()
             raise
         return self.policies
 
     def _sync_dir(self) -> Path | None:
-        configured = str(self.cfg.trainer.verl.sync_dir)
+        configured = str(self.settings.verl.sync_dir)
         if configured:
             return Path(configured)
         if self.run_dir is None:  # evaluation: no run folder, engines in this process
@@ -55,5 +60,5 @@ class VerlBackend(LocalBackend):
             if self.cluster is not None:
                 self.cluster.shutdown()
                 self.cluster = None
-            if self.run_dir is not None and not str(self.cfg.trainer.verl.sync_dir):
+            if self.run_dir is not None and not str(self.settings.verl.sync_dir):
                 shutil.rmtree(Path(self.run_dir) / "weight_sync", ignore_errors=True)
