@@ -214,7 +214,7 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
     of the elements may miss the tight bound, and none may differ by more than 2 lr."""
     from pettingllms.policies import resolve_policies
     from pettingllms.policies.verl.setup import RayCluster
-    from pettingllms.trainer.assemble import mapping_config, worker_settings
+    from pettingllms.trainer.assemble import mapping_config, verl_settings, worker_settings
     from pettingllms.policies.verl.worker import VerlPolicyWorker
     from pettingllms.policies.worker import PolicyWorker
 
@@ -228,11 +228,12 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
     m_local = local.update(samples, step=1)
     end_local = _trained(local, lora)
 
-    cluster = RayCluster.start(cfg)
+    settings = verl_settings(cfg)
+    cluster = RayCluster.start(settings)
     sync_dir = tmp_path / "sync"
     worker = None
     try:  # a failed start must not leave this pool's placement groups to the next test
-        worker = VerlPolicyWorker(spec, cfg, cluster, name_prefix=f"parity{ranks}{int(lora)}_", sync_dir=sync_dir)
+        worker = VerlPolicyWorker(spec, settings, cluster, name_prefix=f"parity{ranks}{int(lora)}_", sync_dir=sync_dir)
         start_v = worker.trained_weights()[0]
         assert set(start_v) == set(start)
         for k in start:  # the same initial weights (LoRA: the adapter local initialised, handed over)

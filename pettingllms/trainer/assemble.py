@@ -189,6 +189,8 @@ def rollout_worker_threads(cfg: DictConfig, current: int) -> int:
 
 
 def verl_settings(cfg: DictConfig) -> Any:
+    """verl's workers: the local worker's settings (its device is the driver's CPU, where the initial
+    LoRA adapter is made; verl places its ranks itself, from `device` as configured)."""
     from pettingllms.policies.verl.setup import VerlSettings
 
     tr = cfg.trainer
