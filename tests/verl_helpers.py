@@ -2,16 +2,13 @@
 its worker groups; it does not own, so does not stop, this Ray)."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 
 @pytest.fixture(scope="module")
 def ray_local():
-    import ray
+    from pettingllms.utils.private_ray import start_ray, stop_ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
+    assert start_ray(num_cpus=6, log_to_driver=False)
     yield
-    ray.shutdown()
+    stop_ray()

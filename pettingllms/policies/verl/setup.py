@@ -19,6 +19,7 @@ from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.policies.settings import WorkerSettings
 from pettingllms.policies.verl import cpu
+from pettingllms.utils.private_ray import start_ray, stop_ray
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +101,9 @@ class RayCluster:
             device = _device_type(device)
         owns = False
         if not ray.is_initialized():
-            address = str(vc.ray_address) or None
-            if address is None:
-                os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster
-                # Logical CPUs: each rank holds one; the machine's cores are shared by all of them.
-                ray.init(address="local", num_cpus=max(4, n * nodes + 2), include_dashboard=False,
-                         log_to_driver=False)
-            else:
-                ray.init(address=address, log_to_driver=False)
-            owns = True
+            # Logical CPUs (a private Ray): each rank holds one; the machine's cores are shared by all.
+            owns = start_ray(str(vc.ray_address) or None, num_cpus=max(4, n * nodes + 2),
+                             log_to_driver=False, setting="trainer.verl.ray_address")
         if device == "auto":
             device = "cuda" if ray.cluster_resources().get("GPU", 0) >= 1 else "cpu"
         if device == "cpu" and nodes > 1:
@@ -129,8 +124,7 @@ class RayCluster:
                 remove_placement_group(pg)
         self._pool = None
         if self.owns_ray:
-            import ray
-            ray.shutdown()
+            stop_ray()
             self.owns_ray = False
 
 

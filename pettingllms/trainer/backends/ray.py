@@ -17,6 +17,7 @@ from this machine and lives as long as the run); `auto` or HOST:PORT joins a clu
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -28,34 +29,20 @@ from pettingllms.errors import ConfigError
 from pettingllms.records import Batch
 from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
 from pettingllms.utils.counters import sum_counters
+from pettingllms.utils.private_ray import LOCAL, start_ray, stop_ray
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding `pettingllms/`
 
 
 def init_ray(rcfg: Any) -> bool:
     """Start or join Ray per the `ray` config block; False if Ray was already initialised."""
-    import ray
-
-    if ray.is_initialized():
-        return False
     path = os.environ.get("PYTHONPATH", "")
     env_vars = {"PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else ""),
                 "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # vLLM's engine core inside the actor
                 **{str(k): str(v) for k, v in (rcfg.env_vars or {}).items()}}
-    address = str(rcfg.address or "local")
-    if address == "local":
-        # A private single-machine Ray needs no token; set before Ray reads its auth mode.
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        num_cpus = int(rcfg.num_cpus) if rcfg.num_cpus is not None else None
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                 runtime_env={"env_vars": env_vars}, logging_level="WARNING")
-    else:
-        try:
-            ray.init(address=address, runtime_env={"env_vars": env_vars}, logging_level="WARNING")
-        except ConnectionError as e:
-            raise ConfigError(f"ray.address={address}: no Ray cluster to join ({e}); start one with "
-                              "`ray start --head` or use ray.address=local") from None
-    return True
+    num_cpus = int(rcfg.num_cpus) if rcfg.num_cpus is not None else None
+    return start_ray(str(rcfg.address or LOCAL), num_cpus=num_cpus, env_vars=env_vars,
+                     logging_level=logging.WARNING)
 
 
 class RolloutWorker:
@@ -235,6 +222,6 @@ class RayBackend(Backend):
                 pass
             ray.kill(w)
         self.workers = []
-        if self._owns_ray and ray.is_initialized():
-            ray.shutdown()
+        if self._owns_ray:
+            stop_ray()
         super().close()
