@@ -78,6 +78,8 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("trainer.logging.starvation_warn_steps", lambda v: v >= 0, "must be >= 0 (0: never)"),
     ("trainer.role_lr.swap_every", lambda v: v >= 0, "must be >= 0 (0: never)"),
     ("ray.num_rollout_workers", lambda v: v >= 1, "must be >= 1"),
+    ("trainer.verl.place_timeout_s", lambda v: v > 0, "must be > 0 (seconds)"),
+    ("trainer.verl.start_timeout_s", lambda v: v > 0, "must be > 0 (seconds)"),
     ("eval.k", lambda v: v >= 1, "must be >= 1"),
     ("eval.limit", lambda v: v >= 1, "must be >= 1 or null"),
     ("eval.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),

@@ -158,6 +158,8 @@ class VerlConfig:
     ray_address: str = ""  # "": a local Ray started for the run; "auto" or host:port: join a cluster
     # Full fine-tuning's engine sync files; every node with an engine must see it. "": <run folder>/weight_sync
     sync_dir: str = ""
+    place_timeout_s: float = 60.0  # verl's placement groups not placed by then: one line, exit 2 (never a hang)
+    start_timeout_s: float = 900.0  # ranks not started (model built) by then: one line, exit 2
 
 
 @dataclass

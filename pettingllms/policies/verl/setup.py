@@ -19,6 +19,7 @@ from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.policies.settings import WorkerSettings
 from pettingllms.policies.verl import cpu
+from pettingllms.utils.placement import VerlAsk, check_verl, resolve_verl_device
 from pettingllms.utils.private_ray import start_ray, stop_ray
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ class RayCluster:
     nnodes: int
     owns_ray: bool = False
     worker_env: dict[str, str] = field(default_factory=dict)
+    colocate: int = 1  # worker groups (policies) sharing each rank's bundle
+    place_timeout_s: float = 60.0
+    start_timeout_s: float = 900.0
     _pool: Any = None
 
     def resource_pool(self, colocate: int) -> Any:
@@ -53,10 +57,19 @@ class RayCluster:
         groups (verl's colocation of actor/ref/critic), so N policies need no N x the devices."""
         from verl.single_controller.ray import RayResourcePool
 
+        from pettingllms.utils.ray_waits import place_verl_pool
+
         if self._pool is None:
-            self._pool = RayResourcePool(process_on_nodes=self.process_on_nodes, use_gpu=self.use_gpu,
-                                         name_prefix="pettingllms_", max_colocate_count=max(1, colocate))
+            ask = self.ask(colocate)
+            pool = RayResourcePool(process_on_nodes=self.process_on_nodes, use_gpu=self.use_gpu,
+                                   name_prefix="pettingllms_", max_colocate_count=ask.colocate)
+            # Our placement groups, as verl makes them, but ready within a bound (verl waits forever).
+            pool.pgs = place_verl_pool(ask, pool.name_prefix, self.place_timeout_s, "trainer.verl.place_timeout_s")
+            self._pool = pool
         return self._pool
+
+    def ask(self, colocate: int = 0) -> VerlAsk:
+        return VerlAsk(self.n_per_node, self.nnodes, max(1, colocate, self.colocate), self.use_gpu)
 
     @staticmethod
     def master_port_range() -> list[int]:
@@ -87,10 +100,12 @@ class RayCluster:
         return ray.remote(cls)
 
     @classmethod
-    def start(cls, settings: VerlSettings) -> "RayCluster":
+    def start(cls, settings: VerlSettings, colocate: int = 1) -> "RayCluster":
         """Join (trainer.verl.ray_address) or start a local Ray, and pick the device (trainer.device:
-        its type; auto is cuda when the Ray cluster has a GPU)."""
-        import ray
+        its type; auto is cuda when the Ray cluster has a GPU). `colocate`: the worker groups (one
+        per policy) sharing each rank's bundle. Checks verl's whole ask against the cluster's nodes
+        before anything is placed (ConfigError, one line)."""
+        from pettingllms.utils.ray_waits import cluster_nodes
 
         vc = settings.verl
         n, nodes = int(settings.n_gpus_per_node), int(settings.nnodes)
@@ -99,13 +114,19 @@ class RayCluster:
         device = str(settings.device)
         if device != "auto":  # cuda:N places the HF engine; verl places its ranks on the cluster's GPUs
             device = _device_type(device)
-        owns = False
-        if not ray.is_initialized():
-            # Logical CPUs (a private Ray): each rank holds one; the machine's cores are shared by all.
-            owns = start_ray(str(vc.ray_address) or None, num_cpus=max(4, n * nodes + 2),
-                             log_to_driver=False, setting="trainer.verl.ray_address")
-        if device == "auto":
-            device = "cuda" if ray.cluster_resources().get("GPU", 0) >= 1 else "cpu"
+        # Nothing started when Ray already runs in this process. A private Ray gets logical CPUs for
+        # every bundle (colocate per rank, verl's ask); the machine's cores are shared by all.
+        # Workers' logs reach the console (log_to_driver).
+        owns = start_ray(str(vc.ray_address) or None, num_cpus=VerlAsk(n, nodes, max(1, colocate)).local_cpus(),
+                         log_to_driver=True, setting="trainer.verl.ray_address")
+        try:
+            found = cluster_nodes()
+            device = resolve_verl_device(device, sum(x.get("GPU", 0.0) for x in found))
+            check_verl(VerlAsk(n, nodes, max(1, colocate), device != "cpu"), found, str(settings.device))
+        except BaseException:
+            if owns:
+                stop_ray()
+            raise
         if device == "cpu" and nodes > 1:
             log.warning("trainer.backend=verl on CPU across %d nodes: gloo over the network, slow", nodes)
         env = {"PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p),
@@ -115,7 +136,8 @@ class RayCluster:
             env["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engine under cuda/npu only
             env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
             cpu.activate_here(True)
-        return cls(device=device, n_per_node=n, nnodes=nodes, owns_ray=owns, worker_env=env)
+        return cls(device=device, n_per_node=n, nnodes=nodes, owns_ray=owns, worker_env=env, colocate=max(1, colocate),
+                   place_timeout_s=float(vc.place_timeout_s), start_timeout_s=float(vc.start_timeout_s))
 
     def shutdown(self) -> None:
         if self._pool is not None and self._pool.pgs:

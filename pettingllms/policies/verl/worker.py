@@ -96,13 +96,22 @@ class VerlPolicyWorker:
                                     device_name=cluster.device, worker_env=cluster.worker_env,
                                     master_port_range=cluster.master_port_range())
         try:
-            self.group.reset()  # builds the FSDP model, optimizer and LR schedule on every rank
+            self._start(cluster.start_timeout_s)
             self.group.set_loss_fn(partial(vb.policy_loss, vb.algo_dict(self.algo)))
         except BaseException:
             self.close()  # a rank that failed to start leaves the others waiting on its process group
             raise
 
     # ---------------------------------------------------------------- building
+    def _start(self, timeout_s: float) -> None:
+        """Every rank up, then verl's `reset` (the FSDP model, optimizer and LR schedule on every
+        rank), each within `timeout_s`: a rank that cannot start ends the run in one line."""
+        from pettingllms.utils.ray_waits import wait_refs
+
+        what, knob = f"policy {self.name}: verl ranks", "trainer.verl.start_timeout_s"
+        wait_refs([w.__ray_ready__.remote() for w in self.group.workers], timeout_s, f"{what} starting", knob)
+        wait_refs(self.group.execute_all_async("reset"), timeout_s, f"{what} building the model", knob)
+
     def _tokenizer(self):
         from pettingllms.utils.models import load_tokenizer
         return load_tokenizer(self.spec.base)

@@ -30,14 +30,16 @@ class VerlBackend(LocalBackend):
         self.cluster: Any = None
 
     def build_policies(self, agents: list[str]) -> Any:
+        from pettingllms.policies import resolve_policies
         from pettingllms.policies.verl import build_verl_policies
         from pettingllms.policies.verl.setup import RayCluster
         from pettingllms.trainer.assemble import mapping_config
 
-        self.cluster = RayCluster.start(self.settings)
+        mapping = mapping_config(self.cfg)
+        # Every policy's worker group shares each rank's bundle: the ask is checked before placing.
+        self.cluster = RayCluster.start(self.settings, colocate=len(resolve_policies(mapping, agents).specs))
         try:
-            self.policies = build_verl_policies(mapping_config(self.cfg), self.settings, agents, self.cluster,
-                                                self._sync_dir())
+            self.policies = build_verl_policies(mapping, self.settings, agents, self.cluster, self._sync_dir())
         except BaseException:
             self.cluster.shutdown()
             raise
