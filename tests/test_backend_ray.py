@@ -13,6 +13,7 @@ import ray
 
 from pettingllms.trainer.backends.ray import init_ray
 from pettingllms.trainer.local import LocalTrainer
+from pettingllms.utils.private_ray import stop_ray
 from trainer_fixtures import trainer_cfg
 
 TESTS = str(Path(__file__).resolve().parent)
@@ -29,7 +30,7 @@ def ray_session():
     from pettingllms.config import RayConfig
     assert init_ray(RayConfig(num_cpus=2))
     yield
-    ray.shutdown()
+    stop_ray()
     os.environ["PYTHONPATH"] = old
 
 

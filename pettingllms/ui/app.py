@@ -11,6 +11,10 @@ a single worker thread (the engine is not shared between threads); the page poll
     POST /api/run               {"question": str} -> 202 {"run_id", "status_url"}; 4xx + message
     GET  /api/runs/<run_id>     {"state": queued|running|done|error, "progress", "result", "html"}
     GET  /runs/<run_id>/<file>  an artifact; only files inside runs_dir are served
+
+With a `token` (serve.py sets one when HOST is not loopback, or from DEMO_TOKEN) every request
+must carry it: `Authorization: Bearer <token>`, or `?token=<token>` once (the reply sets an
+HttpOnly cookie the page then sends); anything else gets 401 (docs/security.md).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from flask import Flask, abort, jsonify, request, send_from_directory
+from flask import Flask, abort, g, jsonify, request, send_from_directory
 
 from pettingllms.mas.report import render_tabs
 from pettingllms.mas.run import report_data
@@ -30,6 +34,7 @@ from pettingllms.ui.page import PAGE
 
 MAX_QUESTION_CHARS = 4000
 MAX_QUEUED = 8
+TOKEN_COOKIE = "pettingllms_demo_token"
 _RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 
 
@@ -86,10 +91,32 @@ def _error(status: int, message: str):
     return response
 
 
-def create_app(run_query_fn: Callable, runs_dir: str | Path, info: dict | None = None) -> Flask:
+def _require_token(app: Flask, token: str) -> None:
+    """Every request carries the token (header, cookie, or ?token= which then sets the cookie)."""
+    @app.before_request
+    def check():
+        bearer = request.headers.get("Authorization", "")
+        given = (bearer[len("Bearer "):] if bearer.startswith("Bearer ") else "") \
+            or request.cookies.get(TOKEN_COOKIE) or request.args.get("token", "")
+        if not secrets.compare_digest(given.encode(), token.encode()):
+            return _error(401, "this demo needs its token: open the address it printed (.../?token=...) "
+                               "or send 'Authorization: Bearer <token>'")
+        g.token_from_query = request.args.get("token") == token
+
+    @app.after_request
+    def remember(response):
+        if g.get("token_from_query"):
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
+        return response
+
+
+def create_app(run_query_fn: Callable, runs_dir: str | Path, info: dict | None = None,
+               token: str | None = None) -> Flask:
     runs_dir = Path(runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     app = Flask("pettingllms.ui")
+    if token:
+        _require_token(app, token)
     runs = _Runs(run_query_fn, runs_dir)
     info = dict(info or {})
 

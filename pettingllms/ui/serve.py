@@ -1,6 +1,7 @@
 """Entry points of the demo: the web server and the one-query report.
 
-    python -m pettingllms.ui.serve [--config-name mas_demo] [key=value ...]   (HOST, PORT, RUNS_DIR)
+    python -m pettingllms.ui.serve [--config-name mas_demo] [key=value ...]   (HOST, PORT, RUNS_DIR,
+                                                                              DEMO_TOKEN)
     python -m pettingllms.ui.demo  [--config-name mas_demo] [key=value ...]   (QUESTION, RUNS_DIR)
 
 The model and engine come from the experiment config (`model.path`, `rollout.engine`,
@@ -9,10 +10,14 @@ MetaAgent-X cold start when one was made on that model, else the base model; des
 executor are one shared policy or one policy each), and `mas.*` sets budgets, attempts and
 sampling. scripts/evaluate/autoevol/serve_ui.sh picks the
 engine (a running OpenAI-compatible server, `vllm serve`, or the in-process HF engine).
+The server binds HOST=127.0.0.1 by default; any other HOST needs a token on every request
+(DEMO_TOKEN, or a fresh one printed in the address; docs/security.md).
 """
 from __future__ import annotations
 
+import ipaddress
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -65,14 +70,37 @@ def _serve(cfg: DictConfig, job: JobInfo | None = None) -> int:
     host, port = os.environ.get("HOST", "127.0.0.1"), os.environ.get("PORT", "8899")
     if not port.isdigit():
         raise ConfigError(f"PORT must be a number, got {port!r}")
+    token, told = demo_token(host)
     run, info, close = query_runner(cfg)
-    app = create_app(run, os.environ.get("RUNS_DIR", DEFAULT_RUNS_DIR), info)
-    print(f"MetaAgent-X demo on http://{host}:{port}/ ({info['weights']})", flush=True)
+    app = create_app(run, os.environ.get("RUNS_DIR", DEFAULT_RUNS_DIR), info, token=token)
+    address = f"http://{host}:{port}/" + (f"?token={token}" if told else "")
+    print(f"MetaAgent-X demo on {address} ({info['weights']})"
+          + (" (token from DEMO_TOKEN)" if token and not told else ""), flush=True)
     try:
         app.run(host=host, port=int(port), threaded=True, use_reloader=False)
     finally:
         close()
     return 0
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name, or "" (all interfaces)
+        return False
+
+
+def demo_token(host: str) -> tuple[str | None, bool]:
+    """(the token every request must carry or None, whether it is new and to be printed):
+    DEMO_TOKEN when set; else a fresh one when HOST is not loopback (serving outside this
+    machine is an opt-in, and the demo runs model-written code); else None."""
+    given = os.environ.get("DEMO_TOKEN", "").strip()
+    if given:
+        return given, False
+    return (None, False) if is_loopback(host) else (secrets.token_urlsafe(24), True)
 
 
 def _one_query(cfg: DictConfig, job: JobInfo | None = None) -> int:
@@ -92,7 +120,7 @@ def _one_query(cfg: DictConfig, job: JobInfo | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_main(argv, prog="pettingllms.ui.serve", default_config="mas_demo",
-                    what="Serve the MetaAgent-X demo (HOST, PORT, RUNS_DIR from the environment).",
+                    what="Serve the MetaAgent-X demo (HOST, PORT, RUNS_DIR, DEMO_TOKEN from the environment).",
                     kind="serve", body=_serve)
 
 

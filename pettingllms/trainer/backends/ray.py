@@ -11,9 +11,9 @@ A worker that dies (killed, OOM) or a rollout slower than `ray.step_timeout_s` f
 with one message naming the worker; Ray's own restarts are not used, because a restarted
 worker would come back with base weights.
 
-Ray: `ray.address=local` starts a private Ray for this run (token auth off: it is reachable only
-from this machine and lives as long as the run); `auto` or HOST:PORT joins a cluster started with
-`ray start` (docs/backends.md).
+Ray: `ray.address=local` starts a private Ray for this run (token auth on, a fresh token per run,
+listening on loopback only; it lives as long as the run: utils/private_ray.py, docs/security.md);
+`auto` or HOST:PORT joins a cluster started with `ray start` (docs/backends.md).
 """
 from __future__ import annotations
 
