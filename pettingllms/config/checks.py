@@ -76,6 +76,9 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("trainer.threads", lambda v: _threads_ok(v), "must be a count >= 0 (0 keeps torch's default) or 'auto'"),
     ("trainer.checkpoint.keep_checkpoints", lambda v: v >= 0, "must be >= 0 (0 keeps all)"),
     ("trainer.logging.starvation_warn_steps", lambda v: v >= 0, "must be >= 0 (0: never)"),
+    ("trainer.stop_grace_s", lambda v: v > 0, "must be > 0 (seconds a stop may take before the process exits)"),
+    ("trainer.stop_signals", lambda v: not any(map(_signal_problem, v)),
+     "must list catchable signal names such as SIGTERM, SIGUSR1, SIGUSR2, SIGHUP (not SIGKILL or SIGSTOP)"),
     ("trainer.role_lr.swap_every", lambda v: v >= 0, "must be >= 0 (0: never)"),
     ("ray.num_rollout_workers", lambda v: v >= 1, "must be >= 1"),
     ("trainer.verl.place_timeout_s", lambda v: v > 0, "must be > 0 (seconds)"),
@@ -89,6 +92,17 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
 def _threads_ok(value: Any) -> bool:
     from pettingllms.utils.threads import parse_threads
     try:
+def _signal_problem(name: Any) -> str | None:
+    """Why `name` cannot be a stop signal (None: it can)."""
+    import signal
+
+    if not isinstance(name, str) or not name.startswith("SIG") or not hasattr(signal.Signals, name):
+        return "not a signal name"
+    if name in ("SIGKILL", "SIGSTOP"):
+        return "cannot be caught"
+    return None
+
+
         parse_threads(value)
     except ValueError:
         return False

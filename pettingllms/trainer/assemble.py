@@ -51,6 +51,9 @@ class LoopSettings:
     checkpoint: CheckpointConfig
     validation: ValidationConfig
     logging: LoggingConfig
+    run_name: str = ""  # trainer.run_name: how the stop line says to go on
+    stop_signals: Sequence[str] = ("SIGTERM", "SIGUSR1")  # trainer.stop_signals (trainer/stopping.py)
+    stop_grace_s: float = 20.0
 
 
 def quiet_hf_progress() -> None:
@@ -173,7 +176,9 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
     tr = cfg.trainer
     return LoopSettings(experiment=str(cfg.experiment), seed=int(cfg.seed), total_steps=int(tr.total_steps),
                         batch_size=int(cfg.rollout.batch_size), algorithm=cfg.algorithm, phases=list(tr.phases),
-                        role_lr=tr.role_lr, checkpoint=tr.checkpoint, validation=tr.validation, logging=tr.logging)
+                        role_lr=tr.role_lr, checkpoint=tr.checkpoint, validation=tr.validation, logging=tr.logging,
+                        run_name=str(tr.run_name or ""), stop_signals=[str(s) for s in tr.stop_signals],
+                        stop_grace_s=float(tr.stop_grace_s))
 
 
 def backend_name(cfg: DictConfig) -> str:

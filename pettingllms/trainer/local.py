@@ -9,6 +9,8 @@ One step:
     backend.sync_weights(updated policies)   (adapter tensors for LoRA, full weights otherwise)
     metrics, trajectories, validation (val_freq), checkpoint (save_freq)
 Steps are numbered from 1; a checkpoint at step N holds the state after N steps.
+A stop signal (trainer/stopping.py) drops the rollout in flight, lets an update finish, then the
+run checkpoints its last complete step and `train` exits with one line saying how to go on.
 """
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import flat_metrics
 from pettingllms.trainer.metrics import (batch_metrics, policy_metrics,
                                          sandbox_warning, starved_agents, timing_sum)
+from pettingllms.trainer.stopping import EXIT_STOPPED, StopRequested, StopSignals, resume_hint, stop_line
 from pettingllms.trainer.timing import Stopwatch
-from pettingllms.utils.seeding import derive_seed, restore_rng_state
+from pettingllms.utils.seeding import capture_rng_state, derive_seed, restore_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +64,16 @@ def check_role_lr(role_lr: RoleLrConfig, agents: list[str]) -> None:
 
 class LocalTrainer:
     """`engine` replaces the configured one (tests, or an engine living elsewhere; backend=local);
-    `run_dir` is the run folder the command line chose (default: see outputs.resolve_run)."""
+    `run_dir` is the run folder the command line chose (default: see outputs.resolve_run);
+    `stops` the stop path's signal handlers (default: trainer.stop_signals, installed by `fit`)."""
 
-    def __init__(self, cfg: DictConfig, engine: Any = None, run_dir: Path | None = None) -> None:
+    def __init__(self, cfg: DictConfig, engine: Any = None, run_dir: Path | None = None,
+                 stops: StopSignals | None = None) -> None:
         self.cfg = cfg  # handed to trainer.assemble, which gives each component its blocks
         self.loop = loop = assemble.loop_settings(cfg)
+        self.stops = stops or StopSignals(loop.stop_signals, loop.stop_grace_s)
+        self.stopped: str | None = None  # the signal that stopped `fit` early
+        self.stop_checkpoint: Path | None = None  # its checkpoint (None: stopped before step 1)
         self.setup = assemble.build_run(cfg)
         self.run_dir, resume_from = assemble.resolve_run_folder(cfg, run_dir)
 
@@ -112,9 +120,15 @@ class LocalTrainer:
         loop, sw = self.loop, Stopwatch()
         self.backend.begin_step()
         t_step = time.perf_counter()
-        problems = [self.problems[i] for i in self.order.next_indices(loop.batch_size)]
-        with sw.section("rollout"):
-            batch = self.rollout.run(problems, seed=rollout_seed(loop.seed, step), step=step)
+        before = self.order.state_dict(), capture_rng_state()
+        try:  # a stop drops the rollout: the data position and RNG go back to the step's start
+            with self.stops.droppable(), sw.section("rollout"):
+                problems = [self.problems[i] for i in self.order.next_indices(loop.batch_size)]
+                batch = self.rollout.run(problems, seed=rollout_seed(loop.seed, step), step=step)
+        except StopRequested:
+            self.order.load_state_dict(before[0])
+            restore_rng_state(before[1])
+            raise
         batch.step = step
         self.backend.pause_engines()
         with sw.section("advantages"):
@@ -132,7 +146,8 @@ class LocalTrainer:
                 else:
                     reports[name] = self.workers[name].update(parts[name], step, role_lrs=lrs)
         with sw.section("sync"):
-            self.backend.sync_weights(updated)
+            if self.stops.reason is None:  # stopping: the checkpoint needs no engine
+                self.backend.sync_weights(updated)
         with sw.section("bookkeeping"):
             metrics: dict[str, Any] = {"step": step, "epoch": self.order.epoch,
                                        "data/consumed": self.order.consumed}
@@ -180,38 +195,67 @@ class LocalTrainer:
         from tqdm import tqdm
 
         loop = self.loop
-        val, logging_, saving = loop.validation, loop.logging, loop.checkpoint
         total = loop.total_steps
         stop = total if max_steps is None else min(total, self.step + int(max_steps))
         bar = tqdm(total=total, initial=self.step, desc=loop.experiment, unit="step",
-                   disable=not logging_.progress_bar, file=sys.stderr, dynamic_ncols=True)
-        t_run = time.perf_counter()
-        try:
-            if val.val_before:
-                self.validate_before()
-            while self.step < stop:
-                step = self.step + 1
-                metrics = self.train_step(step)
-                self.step = step
-                if int(val.val_freq) > 0 and step % int(val.val_freq) == 0:
-                    t0 = time.perf_counter()
-                    metrics.update(self.validate(step))
-                    metrics["timing/val_s"] = time.perf_counter() - t0
-                metrics["time/elapsed_s"] = time.perf_counter() - t_run
-                self.history.append(metrics)
-                bar.update(1)
-                self.outputs.log_metrics(metrics)
-                for agent, streak in starved_agents(self.history, self.agents, int(logging_.starvation_warn_steps)):
-                    log.warning("agent '%s' has had no learning signal for %d steps: every group of its "
-                                "samples had equal rewards (groups/zero_var_frac/%s = 1). Check its local "
-                                "reward and reward.local_weight, or raise rollout.k", agent, streak, agent)
-                if (int(saving.save_freq) > 0 and step % int(saving.save_freq) == 0) or step == stop:
-                    self.save()
-        finally:
-            bar.close()
-        if val.val_before and self.step == total:
+                   disable=not loop.logging.progress_bar, file=sys.stderr, dynamic_ncols=True)
+        with self.stops.installed():
+            try:
+                self._loop(stop, bar, time.perf_counter())
+            except StopRequested as e:
+                self.stopped = e.reason
+            finally:
+                bar.close()
+            if self.stopped is not None:  # the stop path: a checkpoint of the last complete step
+                self.stops.on_timeout = (f"last complete checkpoint: {ckpt_io.latest_checkpoint(self.run_dir)}; "
+                                         + resume_hint(self.run_dir, loop.run_name))
+                self.stop_checkpoint = self._checkpoint_now()
+                return self.history
+        if loop.validation.val_before and self.step == total:
             print(before_after(self.val_before, self.history), flush=True)
         return self.history
+
+    def _loop(self, stop: int, bar: Any, t_run: float) -> None:
+        val, logging_, saving = self.loop.validation, self.loop.logging, self.loop.checkpoint
+        if val.val_before:
+            with self.stops.droppable():
+                self.validate_before()
+        while self.step < stop:
+            self.stops.check()
+            step = self.step + 1
+            metrics = self.train_step(step)
+            self.step = step
+            if int(val.val_freq) > 0 and step % int(val.val_freq) == 0:
+                t0 = time.perf_counter()
+                try:  # a stop drops the validation; the step itself is complete
+                    with self.stops.droppable():
+                        metrics.update(self.validate(step))
+                except StopRequested:
+                    pass
+                metrics["timing/val_s"] = time.perf_counter() - t0
+            metrics["time/elapsed_s"] = time.perf_counter() - t_run
+            self.history.append(metrics)
+            bar.update(1)
+            self.outputs.log_metrics(metrics)
+            for agent, streak in starved_agents(self.history, self.agents, int(logging_.starvation_warn_steps)):
+                log.warning("agent '%s' has had no learning signal for %d steps: every group of its "
+                            "samples had equal rewards (groups/zero_var_frac/%s = 1). Check its local "
+                            "reward and reward.local_weight, or raise rollout.k", agent, streak, agent)
+            if (int(saving.save_freq) > 0 and step % int(saving.save_freq) == 0) or step == stop:
+                self.save()
+
+    def _checkpoint_now(self) -> Path | None:
+        """The stop path's checkpoint of the last complete step (None before the first step)."""
+        if self.step == 0:
+            return None
+        latest = ckpt_io.latest_checkpoint(self.run_dir)
+        if latest is not None and ckpt_io.checkpoint_dir(self.run_dir, self.step) == latest:
+            return latest
+        return self.save()
+
+    def stop_message(self) -> str:
+        return stop_line(str(self.stopped), self.step, self.stop_checkpoint,
+                         resume_hint(self.run_dir, self.loop.run_name))
 
     def validate_before(self) -> None:
         """Held-out accuracy of the untrained policy, once per run (kept in val_before.json, so a
@@ -230,8 +274,10 @@ class LocalTrainer:
         path.write_text(json.dumps(self.val_before))
 
     def close(self) -> None:
-        self.outputs.close()
-        self.backend.close()
+        try:
+            self.outputs.close(stopped=self.stopped or "")
+        finally:
+            self.backend.close()
 
 
 def before_after(before: dict[str, float], history: list[dict[str, Any]]) -> str:
@@ -248,11 +294,25 @@ def before_after(before: dict[str, float], history: list[dict[str, Any]]) -> str
 
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> Path:
-    """Run training to the end; returns the run folder."""
-    trainer = LocalTrainer(cfg, run_dir=run_dir)
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
+    """Run training to the end; returns the run folder. Stopped by a signal (trainer.stop_signals,
+    Ctrl-C): checkpoint, one line, SystemExit(EXIT_STOPPED)."""
+    loop = assemble.loop_settings(cfg)
+    stops = StopSignals(loop.stop_signals, loop.stop_grace_s)
+    with stops.installed():
+        try:
+            with stops.droppable():  # loading models, starting engines: nothing to keep yet
+                trainer = LocalTrainer(cfg, run_dir=run_dir, stops=stops)
+        except StopRequested as e:
+            stops.finished()
+            log.warning(stop_line(e.reason, 0, None, "run the same command to go on"))
+            raise SystemExit(EXIT_STOPPED) from None
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+        if trainer.stopped is not None:
+            stops.finished()
+            log.warning(trainer.stop_message())
+            raise SystemExit(EXIT_STOPPED)
     print(f"run folder: {trainer.run_dir}", flush=True)
     return trainer.run_dir

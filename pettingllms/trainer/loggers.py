@@ -39,7 +39,7 @@ IDS_FILE = "loggers.json"
 class MetricLogger(Protocol):
     def log(self, metrics: dict[str, Any]) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, stopped: str = "") -> None: ...  # stopped: the signal that ended the run early
 
 
 def finite(v: Any) -> bool:
@@ -88,7 +88,7 @@ class ConsoleLogger:
         else:
             print(self.line(metrics), flush=True)
 
-    def close(self) -> None:
+    def close(self, stopped: str = "") -> None:
         pass
 
 
@@ -106,7 +106,7 @@ class JsonlLogger:
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(metrics, default=float) + "\n")
 
-    def close(self) -> None:
+    def close(self, stopped: str = "") -> None:
         pass
 
 
@@ -121,7 +121,7 @@ class TensorBoardLogger:
             self.writer.add_scalar(k, v, step)
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, stopped: str = "") -> None:
         self.writer.close()
 
 
@@ -166,7 +166,10 @@ class WandbLogger:
     def log(self, metrics: dict[str, Any]) -> None:
         self.run.log(scalars(metrics), step=int(metrics["step"]))
 
-    def close(self) -> None:
+    def close(self, stopped: str = "") -> None:
+        if stopped:  # W&B shows the run as preempted, not crashed; a resume continues it
+            self.run.summary["stopped_by"] = stopped
+            self.run.mark_preempting()
         self.run.finish()
 
 
@@ -212,8 +215,10 @@ class MlflowLogger:
         for i in range(0, len(rows), 1000):
             self.client.log_batch(self.run_id, metrics=rows[i:i + 1000])
 
-    def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+    def close(self, stopped: str = "") -> None:
+        if stopped:
+            self.client.set_tag(self.run_id, "stopped_by", stopped)
+        self.client.set_terminated(self.run_id, status="KILLED" if stopped else "FINISHED")
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -135,10 +135,11 @@ class RunOutputs:
         write_jsonl(path, episodes)
         return path
 
-    def close(self) -> None:
+    def close(self, stopped: str = "") -> None:
+        """`stopped`: the signal that ended the run early (W&B and MLflow record it)."""
         loggers, self.loggers = self.loggers, []
         for sink in loggers:
-            sink.close()
+            sink.close(stopped)
 
 
 def summary_line(m: dict[str, Any], total_steps: int) -> str:
