@@ -82,6 +82,10 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("trainer.role_lr.swap_every", lambda v: v >= 0, "must be >= 0 (0: never)"),
     ("ray.num_rollout_workers", lambda v: v >= 1, "must be >= 1"),
     ("trainer.verl.place_timeout_s", lambda v: v > 0, "must be > 0 (seconds)"),
+    ("rollout.vllm.tensor_parallel_size", lambda v: v >= 1, "must be >= 1 (GPUs per engine)"),
+    ("rollout.vllm.enforce_eager", lambda v: v == "auto" or isinstance(v, bool), "must be auto, true or false"),
+    ("ray.gpus_per_worker", lambda v: v == "auto" or (not isinstance(v, (str, bool)) and v >= 0),
+     "must be 'auto' or a number >= 0"),
     ("trainer.verl.start_timeout_s", lambda v: v > 0, "must be > 0 (seconds)"),
     ("eval.k", lambda v: v >= 1, "must be >= 1"),
     ("eval.limit", lambda v: v >= 1, "must be >= 1 or null"),
@@ -89,9 +93,6 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
 ]
 
 
-def _threads_ok(value: Any) -> bool:
-    from pettingllms.utils.threads import parse_threads
-    try:
 def _signal_problem(name: Any) -> str | None:
     """Why `name` cannot be a stop signal (None: it can)."""
     import signal
@@ -103,6 +104,9 @@ def _signal_problem(name: Any) -> str | None:
     return None
 
 
+def _threads_ok(value: Any) -> bool:
+    from pettingllms.utils.threads import parse_threads
+    try:
         parse_threads(value)
     except ValueError:
         return False
@@ -127,6 +131,10 @@ def _check_dtypes(cfg: DictConfig) -> None:
 
     for key in ("model.dtype", "model.train_dtype"):
         _choice(key, str(OmegaConf.select(cfg, key)), DTYPE_NAMES)
+        if str(cfg.trainer.backend) != "verl" and str(OmegaConf.select(cfg, key)) in ("float16", "fp16"):
+            raise ConfigError(f"{key}=float16 on trainer.backend={cfg.trainer.backend}: its policy workers have no "
+                              "GradScaler, so fp16 gradients would underflow; use bfloat16 (or float32), or "
+                              "trainer.backend=verl, which scales the loss")
 
 
 def _looks_local(path: str) -> bool:
@@ -209,6 +217,7 @@ _CHOICES = {
     "trainer.backend": ("local", "ray", "verl"),
     "trainer.optim.lr_schedule": ("cosine", "constant"),
     "trainer.verl.strategy": ("fsdp2", "fsdp"),
+    "trainer.verl.attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"),
 }
 
 

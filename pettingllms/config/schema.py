@@ -44,7 +44,9 @@ class SamplingConfig:
 @dataclass
 class VLLMConfig:
     """rollout.engine=vllm (pettingllms/rollout/engines/vllm.py)."""
-    enforce_eager: bool = True  # True: ~10 s start-up, no graph compile; False: compile, faster decode
+    # auto: true on CPU (~10 s start-up, no graph compile), false on CUDA (CUDA graphs: faster decode)
+    enforce_eager: Any = "auto"
+    tensor_parallel_size: int = 1  # GPUs per engine (a model that does not fit one GPU)
     gpu_memory_utilization: float = 0.4  # GPU share for weights + KV cache (the trainer uses the rest)
     sleep_mode: bool = False  # GPU: free the KV cache while policies train, wake before the next rollout
     cpu_kvcache_gib: int = 4  # CPU build: KV cache size (VLLM_CPU_KVCACHE_SPACE), per engine
@@ -151,8 +153,9 @@ class VerlConfig:
     differ from the CPU runs that CI tests only in config values (trainer.device, attention,
     padding removal, offload)."""
     strategy: str = "fsdp2"  # fsdp2 | fsdp
-    attn_implementation: str = "sdpa"  # flash_attention_2 on GPU
-    use_remove_padding: bool = False  # true (packed sequences) needs flash attention: GPU
+    # auto: flash_attention_2 on CUDA where flash_attn is installed, else sdpa (said once in the log)
+    attn_implementation: str = "auto"
+    use_remove_padding: bool = False  # true: packed sequences (flash attention, or sdpa with position_ids)
     param_offload: bool = False
     optimizer_offload: bool = False
     ray_address: str = ""  # "": a local Ray started for the run; "auto" or host:port: join a cluster
@@ -168,7 +171,9 @@ class RayConfig:
     address: str = "local"  # local: start a private Ray; auto: join `ray start`; or HOST:PORT
     num_rollout_workers: int = 1  # Ray actors, each with its own engine and env/sandbox pool
     cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0
+    # auto: none on a cluster without GPUs (or for rollout.engine=openai), else the engine's GPUs
+    # (rollout.vllm.tensor_parallel_size for vllm, 1 for hf) or an equal share of the cluster's
+    gpus_per_worker: Any = "auto"
     num_cpus: Optional[int] = None  # local Ray only: CPUs it may use (None: all)
     step_timeout_s: float = 1800.0  # a rollout slower than this fails the step (never a hang)
     env_vars: dict[str, str] = field(default_factory=dict)  # extra env vars for the workers

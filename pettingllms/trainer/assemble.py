@@ -149,6 +149,13 @@ def build_rollout_engine(cfg: DictConfig, bases: Mapping[str, str],
         raise ConfigError(str(e)) from None
 
 
+def rollout_gpu_need(cfg: DictConfig) -> tuple[str, int]:
+    """(rollout.engine, GPUs one engine takes: rollout.vllm.tensor_parallel_size for vllm/auto, else 1),
+    for `ray.gpus_per_worker=auto` (utils.placement.rollout_worker_gpus)."""
+    engine = str(cfg.rollout.engine)
+    return engine, int(cfg.rollout.vllm.tensor_parallel_size) if engine in ("vllm", "auto") else 1
+
+
 def run_place(cfg: DictConfig) -> RunPlace:
     tr = cfg.trainer
     return RunPlace(output_dir=str(tr.output_dir), experiment=str(cfg.experiment), run_name=str(tr.run_name or ""),

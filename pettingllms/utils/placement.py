@@ -114,3 +114,61 @@ def engine_gpus(n_gpus: int, n_engines: int, trainer_on: Optional[int] = None) -
         return [None] * n_engines
     gpus = [g for g in range(n_gpus) if g != trainer_on] or list(range(n_gpus))
     return [gpus[i % len(gpus)] for i in range(n_engines)]
+
+
+def engine_gpu_ids(n_gpus: int, n_engines: int, tp: int = 1, trainer_on: Optional[int] = None) -> list[Optional[list[int]]]:
+    """`engine_gpus` for engines of `tp` GPUs each (tensor parallel): engine i's ids start at its
+    `engine_gpus` slot; None where this process sees no GPU. A ConfigError if `tp` GPUs are not there."""
+    if n_gpus < 1:
+        return [None] * n_engines
+    if tp > n_gpus:
+        raise ConfigError(f"rollout.vllm.tensor_parallel_size={tp}: this process sees {n_gpus} GPU(s)")
+    slots = engine_gpus(n_gpus // tp, n_engines, None if trainer_on is None else trainer_on // tp)
+    return [[int(s) * tp + j for j in range(tp)] for s in slots]  # type: ignore[arg-type]
+
+
+def rollout_worker_gpus(setting: object, cluster_gpus: float, workers: int, engine: str, tp: int = 1) -> float:
+    """`ray.gpus_per_worker`: a number as set; `auto` is none on a cluster without GPUs or for the
+    openai engine, else each worker's share: the engine's GPUs (tensor_parallel_size for vLLM, 1
+    for hf) when every worker can have them, else an equal fraction of one."""
+    if str(setting) != "auto":
+        return float(setting)  # type: ignore[arg-type]
+    if cluster_gpus < 1 or engine == "openai":
+        return 0.0
+    need = float(tp if engine == "vllm" else 1)
+    share = cluster_gpus / max(1, workers)
+    if share >= need:
+        return need
+    return float(int(share)) if share >= 1 else round(share, 4) or 0.0001
+
+
+def check_rollout_workers(workers: int, cpus: float, gpus: float, nodes: Sequence[Mapping[str, float]]) -> None:
+    """ConfigError (one line) unless `workers` actors of {cpus, gpus} fit the cluster's nodes."""
+    need = {"CPU": float(cpus)} | ({"GPU": float(gpus)} if gpus > 0 else {})
+    if fits_on_nodes(need, workers, nodes):
+        return
+    ask = " + ".join(f"{_num(v * workers)} {k}" for k, v in need.items())
+    raise ConfigError(f"trainer.backend=ray cannot place {workers} rollout worker(s) of {_num(cpus)} CPU"
+                      f"{f' + {_num(gpus)} GPU' if gpus > 0 else ''} each ({ask} in all); the Ray cluster has "
+                      f"{node_summary(nodes)}; lower ray.num_rollout_workers, ray.cpus_per_worker or "
+                      "ray.gpus_per_worker, or raise ray.num_cpus")
+
+
+_SAID: set[str] = set()
+
+
+def attention_for(setting: str, device: str) -> str:
+    """trainer.verl.attn_implementation: as set, or for `auto` flash_attention_2 on CUDA where the
+    flash_attn package imports, else sdpa (said once in the log)."""
+    import importlib.util
+    import logging
+
+    if setting != "auto":
+        return setting
+    flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    chosen = "flash_attention_2" if flash else "sdpa"
+    if chosen not in _SAID:
+        _SAID.add(chosen)
+        why = "flash_attn is installed" if flash else ("flash_attn is not installed" if device == "cuda" else "CPU")
+        logging.getLogger(__name__).info("trainer.verl.attn_implementation=auto: %s (%s)", chosen, why)
+    return chosen

@@ -19,7 +19,7 @@ from pettingllms.errors import ConfigError
 from pettingllms.policies.mapping import PolicySpec
 from pettingllms.policies.settings import WorkerSettings
 from pettingllms.policies.verl import cpu
-from pettingllms.utils.placement import VerlAsk, check_verl, resolve_verl_device
+from pettingllms.utils.placement import VerlAsk, attention_for, check_verl, resolve_verl_device
 from pettingllms.utils.private_ray import start_ray, stop_ray
 
 log = logging.getLogger(__name__)
@@ -166,8 +166,9 @@ def _precision(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[str(dtype)]
 
 
-def training_worker_config(settings: VerlSettings, spec: PolicySpec, model_path: str, adapter_dir: Optional[Path]) -> Any:
-    """verl's TrainingWorkerConfig for one policy."""
+def training_worker_config(settings: VerlSettings, spec: PolicySpec, model_path: str, adapter_dir: Optional[Path],
+                           device: str = "cpu") -> Any:
+    """verl's TrainingWorkerConfig for one policy; `device`: where its ranks run (cpu or cuda)."""
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
 
@@ -179,7 +180,7 @@ def training_worker_config(settings: VerlSettings, spec: PolicySpec, model_path:
     model = HFModelConfig(
         path=model_path, use_remove_padding=bool(vc.use_remove_padding),
         enable_gradient_checkpointing=bool(ws.gradient_checkpointing),
-        override_config={"attn_implementation": str(vc.attn_implementation)}, **lora)
+        override_config={"attn_implementation": attention_for(str(vc.attn_implementation), device)}, **lora)
     mb = max(1, int(ws.micro_batch_size))
     engine = FSDPEngineConfig(
         strategy=str(vc.strategy), model_dtype=_precision(ws.train_dtype),

@@ -89,7 +89,7 @@ class VerlPolicyWorker:
             adapter_dir = self._initial_adapter()
         tok = self._tokenizer()
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else 0)
-        config = training_worker_config(settings, spec, resolve_model_path(spec.base), adapter_dir)
+        config = training_worker_config(settings, spec, resolve_model_path(spec.base), adapter_dir, cluster.device)
         self.world_size = cluster.world_size
         cls = RayClassWithInitArgs(cls=cluster.remote(PolicyTrainingWorker), config=config)
         self.group = RayWorkerGroup(resource_pool=cluster.resource_pool(colocate), ray_cls_with_init=cls, name_prefix=name_prefix,

@@ -54,6 +54,10 @@ def auto_engine(rollout: RolloutConfig, lora_ranks: Mapping[str, int] | None = N
     rows = int(rollout.batch_size) * int(rollout.k)
     if rollout.engine_options:
         return "hf", "rollout.engine_options are the hf engine's"
+    if _has_cuda():  # the batch-size rule below was measured on CPU; on GPUs vLLM is the engine
+        if importlib.util.find_spec("vllm") is None:
+            return "hf", "vllm is not installed"
+        return "vllm", "CUDA is available"
     if rows >= AUTO_VLLM_BELOW:
         return "hf", f"{rows} sequences per call (>= {AUTO_VLLM_BELOW}: hf decodes as fast and starts sooner)"
     from pettingllms.rollout.engines.hf_runtime import cpu_kernels
@@ -66,6 +70,14 @@ def auto_engine(rollout: RolloutConfig, lora_ranks: Mapping[str, int] | None = N
     if importlib.util.find_spec("vllm") is None:
         return "hf", "vllm is not installed"
     return "vllm", f"{rows} sequences per call (< {AUTO_VLLM_BELOW}: vLLM decodes faster at small batches)"
+
+
+def _gpu_index(device: str) -> int | None:
+    """The GPU index of a torch device name (cuda -> 0); None off CUDA."""
+    import torch
+
+    d = torch.device(device)
+    return (d.index or 0) if d.type == "cuda" else None
 
 
 def _has_cuda() -> bool:
@@ -114,7 +126,7 @@ def build_engine(rollout: RolloutConfig, model: ModelConfig, *, device: str, see
 
         return VLLMEngine(policies, rollout.vllm, lora_ranks=lora_ranks, dtype=str(model.dtype), seed=int(seed),
                           max_prompt_tokens=int(rollout.max_prompt_tokens),
-                          max_new_tokens=int(rollout.sampling.max_new_tokens))
+                          max_new_tokens=int(rollout.sampling.max_new_tokens), trainer_gpu=_gpu_index(device))
     if name == "openai":
         _require("openai")
         from pettingllms.rollout.engines.openai import OpenAIEngine

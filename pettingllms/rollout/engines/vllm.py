@@ -34,10 +34,11 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
+from pettingllms.rollout.engines.vllm_gpu import engine_kwargs
 from pettingllms.rollout.engines.weights import WeightUpdate, write_adapter
 from pettingllms.utils.models import eos_token_ids, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
@@ -106,7 +107,8 @@ class VLLMEngine(RolloutEngine):
 
     def __init__(self, policies: Mapping[str, str], options: Any, lora_ranks: Mapping[str, int] | None = None,
                  dtype: str = "bfloat16", seed: int = 0, max_prompt_tokens: int = 1024,
-                 max_new_tokens: int = 256) -> None:
+                 max_new_tokens: int = 256, trainer_gpu: Optional[int] = None) -> None:
+        """`trainer_gpu`: the GPU this process trains on (engines go to the others, vllm_gpu.py)."""
         if not policies:
             raise ValueError("VLLMEngine needs at least one policy (name -> model path)")
         _set_env(options)
@@ -126,6 +128,7 @@ class VLLMEngine(RolloutEngine):
         max_len = options.max_model_len or (self.max_prompt_tokens + int(max_new_tokens))
         self._served: dict[str, _Served] = {}
         self._engines: list[_Served] = []
+        self._placement = (len(groups), trainer_gpu)  # engines in this process; the trainer's GPU
         for key, names in groups.items():
             path = resolve_model_path(policies[names[0]])
             ranks = [lora_ranks[n] for n in names if n in lora_ranks]
@@ -145,6 +148,7 @@ class VLLMEngine(RolloutEngine):
             model=path, tokenizer=path, dtype=dtype, seed=self.seed, enforce_eager=bool(o.enforce_eager),
             max_model_len=int(max_len), max_num_seqs=int(o.max_num_seqs), logprobs_mode=str(o.logprobs_mode),
             gpu_memory_utilization=float(o.gpu_memory_utilization), enable_sleep_mode=bool(o.sleep_mode))
+        kwargs.update(engine_kwargs(o, len(self._engines), *self._placement))  # GPUs, tensor parallel, eager
         if lora_ranks:
             kwargs.update(enable_lora=True, max_loras=len(lora_ranks), max_lora_rank=_max_lora_rank(max(lora_ranks)))
         with _flask_proxies_bound():

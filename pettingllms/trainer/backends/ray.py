@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -146,14 +147,29 @@ class RayBackend(Backend):
 
         rcfg = self.cfg.ray
         self._owns_ray = init_ray(rcfg)
+        cpus, gpus = self.worker_resources()
         actor = ray.remote(max_restarts=0, max_task_retries=0)(RolloutWorker)
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         ranks = policy_lora_ranks(self.policies)
         self.workers = [
-            actor.options(num_cpus=float(rcfg.cpus_per_worker), num_gpus=float(rcfg.gpus_per_worker)).remote(
+            actor.options(num_cpus=cpus, num_gpus=gpus).remote(
                 i, plain, dict(bases), ranks, dict(self.policies.agent_policy))
             for i in range(int(rcfg.num_rollout_workers))]
         self.gather([(i, w.pid.remote()) for i, w in enumerate(self.workers)], "start-up")
+
+    def worker_resources(self) -> tuple[float, float]:
+        """(CPUs, GPUs) of each rollout worker, checked against the cluster's nodes before any is
+        placed (one line, exit 2). ray.gpus_per_worker=auto: utils.placement.rollout_worker_gpus."""
+        from pettingllms.trainer.assemble import rollout_gpu_need
+        from pettingllms.utils.placement import check_rollout_workers, rollout_worker_gpus
+        from pettingllms.utils.ray_waits import cluster_nodes
+
+        rcfg, nodes = self.cfg.ray, cluster_nodes()
+        n = int(rcfg.num_rollout_workers)
+        gpus = rollout_worker_gpus(rcfg.gpus_per_worker, sum(x.get("GPU", 0.0) for x in nodes), n,
+                                   *rollout_gpu_need(self.cfg))
+        check_rollout_workers(n, float(rcfg.cpus_per_worker), gpus, nodes)
+        return float(rcfg.cpus_per_worker), gpus
 
     def gather(self, calls: list[tuple[int, Any]], what: str) -> list[Any]:
         """Results of (worker index, object ref) calls in order; one clear error naming the worker
@@ -194,6 +210,8 @@ class RayBackend(Backend):
     def apply_updates(self, updates: list[Any]) -> None:
         import ray
 
+        # CPU tensors: a worker may have no GPU, or another one than the trainer's
+        updates = [replace(u, tensors={k: t.detach().cpu() for k, t in u.tensors.items()}) for u in updates]
         ref = ray.put(updates)  # one copy in the object store, read by every worker
         times = self.gather([(i, w.update_weights.remote(ref)) for i, w in enumerate(self.workers)], "weight sync")
         self.stats.weight_load_s += max(times, default=0.0)
