@@ -234,6 +234,7 @@ def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
     worker = None
     try:  # a failed start must not leave this pool's placement groups to the next test
         worker = VerlPolicyWorker(spec, settings, cluster, name_prefix=f"parity{ranks}{int(lora)}_", sync_dir=sync_dir)
+        assert sync_dir in worker._tmp.parents  # the initial adapter where every node's ranks read it
         start_v = worker.trained_weights()[0]
         assert set(start_v) == set(start)
         for k in start:  # the same initial weights (LoRA: the adapter local initialised, handed over)

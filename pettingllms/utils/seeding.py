@@ -55,8 +55,11 @@ def capture_rng_state() -> dict[str, Any]:
                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    # This process's CUDA generator only, on its current device, and only once CUDA is in use here:
+    # get_rng_state_all() would make a CUDA context on every visible GPU (the ranks' GPUs too).
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        device = torch.cuda.current_device()
+        state["cuda"] = {"device": int(device), "state": torch.cuda.get_rng_state(device)}
     return state
 
 
@@ -68,5 +71,10 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], np.asarray(n["keys"], dtype=np.uint32), n["pos"],
                          n["has_gauss"], n["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if isinstance(cuda, dict):
+            if cuda["device"] < torch.cuda.device_count():
+                torch.cuda.set_rng_state(cuda["state"], cuda["device"])
+        else:  # older checkpoints: one state per visible GPU
+            torch.cuda.set_rng_state_all(cuda)

@@ -16,6 +16,7 @@ path; each engine reads the file itself, so full weights never pass through the 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -34,6 +35,7 @@ from pettingllms.policies.verl.setup import RayCluster, VerlSettings, training_w
 from pettingllms.records import Sample
 from pettingllms.utils.models import resolve_model_path, torch_dtype
 
+log = logging.getLogger(__name__)
 
 
 def _get(result: Any) -> Any:
@@ -77,7 +79,16 @@ class VerlPolicyWorker:
         if float(self.algo.kl_coef) > 0 and not spec.is_lora:
             raise ConfigError("algorithm.kl_coef > 0 with full fine-tuning is not supported on trainer.backend=verl "
                               "(it needs a second, reference worker group); use LoRA or trainer.backend=local")
-        self._tmp = Path(tempfile.mkdtemp(prefix=f"pettingllms-verl-{spec.name}-"))
+        # Every rank reads the initial adapter from here: under sync_dir, which every node sees (the
+        # driver's /tmp is on the driver's node only); evaluation (no sync_dir): this node.
+        shared = Path(sync_dir) if sync_dir is not None else None
+        if shared is not None:
+            shared.mkdir(parents=True, exist_ok=True)
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"pettingllms-verl-{spec.name}-", dir=shared))
+        if cluster.nnodes > 1 and Path(resolve_model_path(spec.base)).is_dir():
+            log.warning("policy %s: its ranks on %d nodes read the model from %s: every node must see that "
+                        "folder (a shared file system), else give a hub id", spec.name, cluster.nnodes,
+                        resolve_model_path(spec.base))
         # Full fine-tuning's sync folder: every node with an engine must see it (None: this node only).
         self._sync: Optional[Path] = None
         if not spec.is_lora:
