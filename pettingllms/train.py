@@ -9,6 +9,7 @@ The command line is Hydra's (see pettingllms/cli/app.py); the run folder is Hydr
 """
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Sequence
 
@@ -16,10 +17,29 @@ from omegaconf import DictConfig
 
 from pettingllms.cli.app import JobInfo, run_main
 
+log = logging.getLogger("pettingllms.train")
+
+
+def _log_plan(cfg: DictConfig) -> None:
+    """The pre-flight plan (python -m pettingllms.plan) at the top of the training log."""
+    from pettingllms.errors import ConfigError
+    from pettingllms.plan import plan_for
+
+    try:
+        lines = plan_for(cfg).lines
+    except ConfigError:
+        raise
+    except Exception as e:  # an estimate: never the reason a run does not start
+        log.warning("pre-flight plan not made (%s: %s)", type(e).__name__, e)
+        return
+    for line in lines:
+        log.info("%s", line)
+
 
 def _train(cfg: DictConfig, job: JobInfo | None = None) -> int:
     from pettingllms.trainer.local import train
 
+    _log_plan(cfg)
     train(cfg, run_dir=job.output_dir if job else None)
     return 0
 

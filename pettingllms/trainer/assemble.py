@@ -156,6 +156,23 @@ def rollout_gpu_need(cfg: DictConfig) -> tuple[str, int]:
     return engine, int(cfg.rollout.vllm.tensor_parallel_size) if engine in ("vllm", "auto") else 1
 
 
+def plan_inputs(cfg: DictConfig, agents: Sequence[str]) -> Any:
+    """The pre-flight plan's inputs (pettingllms/planning.py) for these agents."""
+    from pettingllms.planning import PlanInputs
+    from pettingllms.policies import resolve_policies
+
+    tr, ro = cfg.trainer, cfg.rollout
+    return PlanInputs(
+        backend=str(tr.backend), engine=str(ro.engine), specs=dict(resolve_policies(mapping_config(cfg), agents).specs),
+        dtype=str(cfg.model.dtype), train_dtype=str(cfg.model.train_dtype), micro_batch=int(tr.micro_batch_size),
+        checkpointing=bool(cfg.model.gradient_checkpointing), logprob_chunk=int(tr.logprob_chunk),
+        max_prompt_tokens=int(ro.max_prompt_tokens), max_new_tokens=int(ro.sampling.max_new_tokens),
+        kl=float(cfg.algorithm.kl_coef), device=str(tr.device), n_per_node=int(tr.n_gpus_per_node),
+        nnodes=int(tr.nnodes), batch_size=int(ro.batch_size), k=int(ro.k), workers=int(cfg.ray.num_rollout_workers),
+        gpus_per_worker=cfg.ray.gpus_per_worker, tp=int(ro.vllm.tensor_parallel_size),
+        gpu_memory_utilization=float(ro.vllm.gpu_memory_utilization))
+
+
 def run_place(cfg: DictConfig) -> RunPlace:
     tr = cfg.trainer
     return RunPlace(output_dir=str(tr.output_dir), experiment=str(cfg.experiment), run_name=str(tr.run_name or ""),
