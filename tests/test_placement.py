@@ -57,20 +57,26 @@ def _settings(n: int, nodes: int) -> VerlSettings:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("level, n, nodes, colocate", [
-    ("L1", 8, 1, 1), ("L2", 8, 1, 2), ("L3", 8, 1, 2), ("L2 two nodes' worth", 4, 2, 2)])
-def test_verl_pool_places_every_rank_on_its_own_gpu(declared, level, n, nodes, colocate):
+@pytest.mark.parametrize("config, n, nodes", [
+    ("math_L1_prompt", 8, 1), ("math_L2_lora", 8, 1), ("math_L3_model", 8, 1), ("math_L2_lora", 4, 2)],
+    ids=["L1", "L2", "L3", "L2_two_nodes_worth"])
+def test_verl_pool_is_placed_as_the_plan_says(declared, config, n, nodes):
     from ray.util import placement_group_table
 
-    cluster = RayCluster.start(_settings(n, nodes), colocate=colocate)
+    from pettingllms.plan import plan_for
+
+    cfg = load_config(config, ["trainer=verl", f"trainer.n_gpus_per_node={n}", f"trainer.nnodes={nodes}"])
+    ask = plan_for(cfg, gpus=GPUS, gpu_bytes=80 * 1024 ** 3, host_bytes=64 * 1024 ** 3).verl_ask
+    assert ask.colocate == (1 if config == "math_L1_prompt" else 2)
+    cluster = RayCluster.start(_settings(n, nodes), colocate=ask.colocate)
     try:
         assert cluster.device == "cuda"  # auto: the cluster has GPUs
-        pool = cluster.resource_pool(colocate)
+        pool = cluster.resource_pool(ask.colocate)
         table = [placement_group_table(pg) for pg in pool.pgs]
-        assert [len(t["bundles"]) for t in table] == [n] * nodes
-        assert all(b == {"CPU": float(colocate), "GPU": 1.0} for t in table for b in t["bundles"].values())
+        assert [len(t["bundles"]) for t in table] == [ask.n_per_node] * ask.nnodes
+        assert all(b == ask.bundle for t in table for b in t["bundles"].values())
         assert all(t["strategy"] == "STRICT_PACK" and t["state"] == "CREATED" for t in table)
-        groups = _ranks(pool.pgs, colocate)
+        groups = _ranks(pool.pgs, ask.colocate)
         assert sorted(groups[0]) == list(range(GPUS))  # each rank its own GPU
         assert all(g == groups[0] for g in groups)  # a policy's rank r shares rank r's GPU with the others
     finally:
