@@ -110,7 +110,7 @@ def test_a_ray_run_listens_on_loopback_with_token_auth(tmp_path, monkeypatch):
     import ray
 
     from pettingllms.trainer.local import LocalTrainer
-    from pettingllms.utils.private_ray import token_path
+    from pettingllms.utils.private_ray import accepts_without_token, token_path
 
     assert not ray.is_initialized()
     monkeypatch.setenv("PYTHONPATH", str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -129,6 +129,7 @@ def test_a_ray_run_listens_on_loopback_with_token_auth(tmp_path, monkeypatch):
         assert open_ports(os.getpid()) == []
         gcs = ray.get_runtime_context().gcs_address
         assert gcs.startswith("127.0.0.1:"), gcs
+        assert not accepts_without_token(gcs)  # what the join warning asks of a cluster
         joined = tokenless_driver(gcs)
         assert joined.returncode != 0 and "JOINED" not in joined.stdout, joined.stdout + joined.stderr[-2000:]
         assert "Authentication" in joined.stderr or "token" in joined.stderr, joined.stderr[-2000:]
@@ -213,3 +214,39 @@ def test_the_demo_binds_loopback_and_off_loopback_refuses_without_its_token(tmp_
         assert http_status(port, "/api/health", {"Authorization": f"Bearer {token}"}) == 200
     finally:
         _stop(proc)
+
+
+@pytest.mark.slow
+def test_joining_a_cluster_without_authentication_says_so_once(monkeypatch, caplog):
+    """A Ray started the old way (RAY_AUTH_MODE=disabled), on loopback only, by another process."""
+    import ray
+
+    from pettingllms.utils.private_ray import accepts_without_token, start_ray, stop_ray
+
+    assert not ray.is_initialized()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
+           "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    code = ("import ray, sys\n"
+            "ray.init(address='local', num_cpus=1, include_dashboard=False, logging_level='ERROR')\n"
+            "print(ray.get_runtime_context().gcs_address, flush=True)\n"
+            "sys.stdin.read()\n")
+    head = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        address = head.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        assert accepts_without_token(address)
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver has no token either
+        with caplog.at_level("WARNING", logger="pettingllms.utils.private_ray"):
+            assert start_ray(address, setting="ray.address")
+        stop_ray()
+        warned = [r.getMessage() for r in caplog.records if r.name == "pettingllms.utils.private_ray"]
+        assert len(warned) == 1 and "without authentication" in warned[0] and "security.md" in warned[0], warned
+    finally:
+        stop_ray()
+        tree = psutil.Process(head.pid).children(recursive=True)
+        head.stdin.close()  # the head driver shuts its Ray down and exits
+        head.wait(timeout=60)
+        for proc in tree:  # anything of its Ray still there after it
+            if proc.is_running():
+                proc.kill()

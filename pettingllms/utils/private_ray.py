@@ -9,11 +9,14 @@ run; `start_ray("auto" | "HOST:PORT", ...)` joins a cluster started with `ray st
   file in a 0700 temp dir (`RAY_AUTH_TOKEN_PATH`, which every Ray process inherits), removed
   by `stop_ray` or at exit; and it runs in Ray's single-machine mode (node address
   127.0.0.1), so its GCS, raylet, workers and agents listen on loopback only;
-- joining a cluster that accepts a driver without a token logs one warning naming the risk.
+- joining a cluster that accepts a driver without a token logs one warning naming the risk;
+  joining one at a loopback address uses single-machine mode too (else Ray swaps the address
+  for the node's network address and never finds it).
 """
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import logging
 import os
 import secrets
@@ -46,7 +49,7 @@ def start_ray(address: Optional[str] = LOCAL, *, num_cpus: Optional[int] = None,
     runtime_env: dict[str, Any] = {"env_vars": dict(env_vars)} if env_vars else {}
     address = str(address or LOCAL)
     if address == LOCAL:
-        _secure_env()
+        _enter_env(token=True)
         try:
             ray.init(address=LOCAL, num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      log_to_driver=log_to_driver, runtime_env=runtime_env or None,
@@ -55,10 +58,15 @@ def start_ray(address: Optional[str] = LOCAL, *, num_cpus: Optional[int] = None,
             _restore_env()
             raise
         return True
+    if _is_loopback(address.rpartition(":")[0]):
+        _enter_env(token=False)  # else Ray turns a loopback address into the node's own address
+    else:
+        _reload_ray_auth()  # RAY_AUTH_* as they are now
     try:
         ray.init(address=address, log_to_driver=log_to_driver, runtime_env=runtime_env or None,
                  logging_level=logging_level)
     except ConnectionError as e:
+        _restore_env()
         raise ConfigError(f"{setting}={address}: no Ray cluster to join ({e}); start one with "
                           f"`ray start --head` or use {setting}={LOCAL}") from None
     gcs = ray.get_runtime_context().gcs_address
@@ -99,17 +107,20 @@ def accepts_without_token(gcs_address: str, timeout_s: float = 5.0) -> bool:
         channel.close()
 
 
-def _secure_env() -> None:
-    """Token auth on with a fresh 0600 token, single-machine mode; the old values kept."""
+def _enter_env(token: bool) -> None:
+    """Single-machine mode, and with `token` auth on with a fresh 0600 token; old values kept."""
     _restore_env()  # a token left by a Ray that was not stopped through stop_ray
-    folder = tempfile.mkdtemp(prefix="pettingllms-ray-")  # 0700
-    path = os.path.join(folder, "auth_token")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))  # 256 bits, as `ray get-auth-token --generate`
-    _state.update(folder=folder, path=path, env={k: os.environ.get(k) for k in _AUTH_VARS})
-    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
-    os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": path, _SINGLE_MACHINE: "0"})
+    _state["env"] = {k: os.environ.get(k) for k in _AUTH_VARS}
+    os.environ[_SINGLE_MACHINE] = "0"
+    if token:
+        folder = tempfile.mkdtemp(prefix="pettingllms-ray-")  # 0700
+        path = os.path.join(folder, "auth_token")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))  # 256 bits, as `ray get-auth-token --generate`
+        _state.update(folder=folder, path=path)
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
+        os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": path})
     _set_single_machine()
     _reload_ray_auth()
 
@@ -124,8 +135,16 @@ def _restore_env() -> None:
             os.environ[key] = value
     _set_single_machine()
     _reload_ray_auth()  # the config first, then the file (a draining thread may still read it)
-    shutil.rmtree(_state.pop("folder"), ignore_errors=True)
+    if "folder" in _state:
+        shutil.rmtree(_state.pop("folder"), ignore_errors=True)
     _state.pop("path", None)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _set_single_machine() -> None:
