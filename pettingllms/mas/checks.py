@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import ast
 
-from pettingllms.mas import dsl
+from pettingllms.mas import dsl, workflow_api
 
 _FORBIDDEN_NAMES = {"open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars",
                     "input", "breakpoint", "exit", "quit"}
 
 
-def check_design(source: str, max_chars: int = 20000) -> list[str]:
+DESIGN_FORMATS = ("pettingllms", "workflow")
+WORKFLOW_MODULES = tuple(workflow_api.SUBMODULES)
+
+
+def check_design(source: str, max_chars: int = 20000, design_format: str = "pettingllms") -> list[str]:
+    """`design_format` pettingllms: our DSL, a `workflow` function or node; workflow: the released
+    model's API (imports from `workflow`, a script that gets `question` and prints its answer)."""
+    if design_format not in DESIGN_FORMATS:
+        return [f"unknown design format {design_format!r} (one of {', '.join(DESIGN_FORMATS)})"]
     if not isinstance(source, str) or not source.strip():
         return ["empty design"]
     if len(source) > max_chars:
@@ -28,18 +36,20 @@ def check_design(source: str, max_chars: int = 20000) -> list[str]:
     except (ValueError, RecursionError, MemoryError) as e:
         return [f"syntax: {type(e).__name__}: {e}"]
     problems: list[str] = []
-    allowed = set(dsl.ALLOWED_MODULES) | {dsl.DSL_MODULE}
-    defines_workflow = False
+    own = WORKFLOW_MODULES if design_format == "workflow" else (dsl.DSL_MODULE,)
+    allowed = set(dsl.ALLOWED_MODULES) | set(own)
+    only = f"only {own[0]} and {', '.join(dsl.ALLOWED_MODULES)}"
+    defines_workflow = design_format == "workflow"  # a released-format design is a script
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name not in allowed:
                     problems.append(f"line {node.lineno}: import of {alias.name!r} (a design imports "
-                                    f"only {dsl.DSL_MODULE} and {', '.join(dsl.ALLOWED_MODULES)})")
+                                    f"{only})")
         elif isinstance(node, ast.ImportFrom):
             if node.level or node.module not in allowed:
                 problems.append(f"line {node.lineno}: import from {node.module!r} (a design imports "
-                                f"only {dsl.DSL_MODULE} and {', '.join(dsl.ALLOWED_MODULES)})")
+                                f"{only})")
         elif isinstance(node, ast.Name) and node.id in _FORBIDDEN_NAMES:
             problems.append(f"line {node.lineno}: use of {node.id!r} is not allowed in a design")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__"):
