@@ -217,6 +217,8 @@ _CHOICES = {
     "trainer.backend": ("local", "ray", "verl"),
     "trainer.optim.lr_schedule": ("cosine", "constant"),
     "trainer.verl.strategy": ("fsdp2", "fsdp"),
+    "mas.design_format": ("pettingllms", "workflow"),
+    "mas.reward": ("pettingllms", "published"),
     "trainer.verl.attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"),
 }
 

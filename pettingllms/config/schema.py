@@ -290,6 +290,14 @@ class MasConfig:
     # made on model.path under <trainer.output_dir>/autoevol_sft, else the base model; none; or a
     # run folder / checkpoint (pettingllms/ui/weights.py)
     checkpoint: str = "auto"
+    # the designs' format: pettingllms (our DSL, pettingllms/mas/dsl.py) | workflow (the released
+    # Mercury7353/MetaAgent-X model's `workflow` API, pettingllms/mas/workflow_api.py): picks the
+    # designer prompt and which imports the design checks accept (docs/metaagent_x.md)
+    design_format: str = "pettingllms"
+    # autoevol rewards: pettingllms (outcome + format_valid x ran fraction) | published (outcome
+    # + 0.4 for a <delivery> tag + 0.4 for a boxed answer / parseable <solution> code); both are
+    # recorded in every sample's info, this one is trained on
+    reward: str = "pettingllms"
     designer_sampling: SamplingConfig = field(
         default_factory=lambda: SamplingConfig(temperature=0.7, max_new_tokens=768))
     executor_sampling: SamplingConfig = field(

@@ -39,6 +39,19 @@ class PolicyTrainingWorker(TrainingWorker):
         return get_model_state_dict(self.engine.module,
                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+    @staticmethod
+    def _adapter_state(model) -> dict[str, torch.Tensor] | None:
+        """Only the LoRA parameters, unsharded on CPU (a collective: every rank gathers the same
+        ones in the same order), where FSDP2 shards them as DTensors; None elsewhere (FSDP1's flat
+        parameters), where the whole state is gathered and the adapter taken from it. Gathering
+        the whole model every step to keep the adapter moved the base's bytes to rank 0 for nothing."""
+        from torch.distributed.tensor import DTensor
+
+        params = [(n, p) for n, p in model.named_parameters() if "lora_" in n]
+        if not params or not all(isinstance(p, DTensor) for _, p in params):
+            return None
+        return {n: p.full_tensor().detach().cpu() for n, p in params}
+
     def _peft_model(self):
         module = self.engine.module
         return getattr(module, "_fsdp_wrapped_module", module)
@@ -47,11 +60,13 @@ class PolicyTrainingWorker(TrainingWorker):
     def trained_weights(self) -> tuple[dict[str, torch.Tensor], dict] | None:
         """What this policy trains: (LoRA adapter in peft names, its adapter_config) or (all weights
         in HF names, {}). Rank 0 returns it; the others return None."""
+        model = self._peft_model()
         with self.engine.eval_mode(disable_auto_offload=False):
-            state = self._full_state()
+            state = self._adapter_state(model) if hasattr(model, "peft_config") else None
+            if state is None:
+                state = self._full_state()
         if torch.distributed.get_rank() != 0:
             return None
-        model = self._peft_model()
         if hasattr(model, "peft_config"):
             from peft import get_peft_model_state_dict
 

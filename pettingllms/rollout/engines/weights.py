@@ -102,7 +102,10 @@ class LoraFactor:
             b = (self.b.detach().float() * float(self.scaling)).contiguous()
             cpu_kernels.lora_merge(kernel, base, b, self.a.detach().float().contiguous(), out)
             return out
-        return out.copy_(self.delta().to(base.device).add_(base))
+        # The delta is made on the weight's device: factors that arrive on the CPU do not make a
+        # weight-sized fp32 delta there and copy it over every step (on CPU: the same numbers).
+        delta = lora_delta(self.a.to(base.device), self.b.to(base.device), self.scaling, self.fan_in_fan_out)
+        return out.copy_(delta.add_(base))
 
 
 def lora_factors(update: WeightUpdate) -> dict[str, LoraFactor]:
