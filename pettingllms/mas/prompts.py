@@ -1,6 +1,7 @@
 """The designer's prompt: the DSL in brief, two worked designs, the question.
 
-`designer_messages(question, feedback=None)` -> chat messages. `feedback` is the previous
+`designer_messages(question, feedback=None, design_format="pettingllms")` -> chat messages
+(`workflow`: the released model's prompt, see WORKFLOW_SYSTEM). `feedback` is the previous
 attempt's failure (run_query retries with it). The reference text is the DSL module's own
 listing, so the prompt cannot drift from the code.
 """
@@ -32,7 +33,19 @@ def designer_system_prompt() -> str:
         "Reply with exactly one ```python block containing the complete design.")
 
 
-def designer_messages(question: str, feedback: str | None = None) -> list[dict[str, str]]:
+# The released model's (Mercury7353/MetaAgent-X) designer prompt: it was trained to answer this
+# with a `workflow`-API program (pettingllms/mas/workflow_api.py) in a <code> ```python block.
+WORKFLOW_SYSTEM = "You are an expert Python developer specializing in multi-agent workflow systems."
+WORKFLOW_USER = "Design Multi Agent System for the Question: "
+
+
+def designer_messages(question: str, feedback: str | None = None,
+                      design_format: str = "pettingllms") -> list[dict[str, str]]:
+    if design_format == "workflow":
+        user = WORKFLOW_USER + question
+        if feedback:
+            user += f"\n\nYour previous design failed: {feedback}\nWrite a corrected design."
+        return [{"role": "system", "content": WORKFLOW_SYSTEM}, {"role": "user", "content": user}]
     user = f"Problem:\n{question}\n\nWrite the design for this problem."
     if feedback:
         user += f"\n\nYour previous design failed: {feedback}\nWrite a corrected design."

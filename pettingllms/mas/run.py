@@ -84,6 +84,7 @@ def run_query(question: str, designer_engine, designer_policy: str, executor_eng
               progress: Callable[[dict], None] | None = None, weights: str = "") -> QueryResult:
     cfg = mas_config(cfg)
     budgets = MasBudgets.from_cfg(cfg.budgets)
+    fmt = str(cfg.design_format)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     notify = progress or (lambda event: None)
@@ -94,7 +95,7 @@ def run_query(question: str, designer_engine, designer_policy: str, executor_eng
     for index in range(1, max(1, int(cfg.max_attempts)) + 1):
         notify({"stage": "designing", "attempt": index})
         t0 = time.monotonic()
-        request = GenerationRequest(designer_messages(question, feedback), designer_policy,
+        request = GenerationRequest(designer_messages(question, feedback, fmt), designer_policy,
                                     _sampling(cfg.designer_sampling, derive_seed(seed, "design", index)),
                                     request_id=f"design-{index}")
         completion = designer_engine.generate([request])[0][0]
@@ -109,7 +110,8 @@ def run_query(question: str, designer_engine, designer_policy: str, executor_eng
             continue
         notify({"stage": "executing", "attempt": index})
         (result,) = run_designs(
-            [DesignJob(design, question, f"attempt-{index}")], executor_engine, executor_policy,
+            [DesignJob(design, question, f"attempt-{index}", design_format=fmt)], executor_engine,
+            executor_policy,
             _sampling(cfg.executor_sampling, 0), budgets, seed=derive_seed(seed, "execute", index),
             progress=lambda e, i=index: notify({"stage": "executing", "attempt": i, **e}))
         attempt.ok, attempt.answer, attempt.error = result.ok, result.answer, result.error

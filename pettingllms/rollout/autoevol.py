@@ -11,7 +11,11 @@ so the trainer, advantages, metrics and evaluation use it unchanged. One step:
    engine (executor policy, rollout.sampling: sampled, so N executions of a design differ);
 3. rewards (see pettingllms/envs/autoevol/env.py): each execution is graded by the env; every
    node call of execution j is an executor Sample with reward outcome_j; each design is a
-   designer Sample with reward mean_j outcome_j + format terms.
+   designer Sample with reward mean_j outcome_j + format terms (`mas.reward: pettingllms`), or
+   with the published terms (`mas.reward: published`); both schemes are in every sample's info
+   (`reward_pettingllms`, `reward_published`).
+
+Designs are written in `mas.design_format` (the designer prompt and the checks follow it).
 
 One Episode per (problem, design): its designer sample and the executor samples of its N
 executions; the trajectory's team reward is the design's mean outcome. With an explicit `k`
@@ -81,6 +85,7 @@ class AutoEvolRollout:
             env = self.env_factory()
             if not isinstance(env, AutoEvolEnv):
                 raise ValueError(f"rollout.strategy=autoevol needs env.name=autoevol, got '{env.name}'")
+            env.design_format = self.settings.design_format
             env.reset(problem, derive_seed(seed, key, "reset"))
             envs.append((key, env))
         opts = envs[0][1].opts
@@ -106,7 +111,8 @@ class AutoEvolRollout:
                 for (key, env), comps in zip(envs, outputs) for i, c in enumerate(comps)]
 
     def _execute(self, designs: list[_Design], n: int, seed: int) -> dict[str, Any]:
-        jobs = [DesignJob(design_source=d.source, question=d.env.question, job_id=_job_id(d, j))
+        jobs = [DesignJob(design_source=d.source, question=d.env.question, job_id=_job_id(d, j),
+                          design_format=self.settings.design_format, task=d.env.opts.task)
                 for d in designs if d.source is not None for j in range(n)]
         if not jobs:
             return {}
@@ -125,15 +131,21 @@ class AutoEvolRollout:
         key, env = d.key, d.env
         episode = Episode(problem_id=key, episode_id=f"{key}/d{d.index}", env=env.name,
                           problem=dict(env.problem))
-        outcomes, ran, exec_samples, steps = [], [], [], []
+        published = self.settings.mas_reward == "published"
+        outcomes, ran, scores, exec_samples, steps = [], [], [], [], []
         for j in range(n):
             r = results.get(_job_id(d, j))
             ok = bool(r is not None and r.ok and r.answer is not None)
             outcome = env.grade(r.answer) if ok else 0.0
             outcomes.append(outcome)
             ran.append(1.0 if ok else 0.0)
+            terms = env.published_terms([t.get("output", "") for t in getattr(r, "trace", [])
+                                         if t.get("kind") == "llm"], r.answer if ok else None) \
+                if r is not None else (0.0, 0.0)
+            scores.append(outcome + sum(terms))
             if r is None:
                 continue
+            local = sum(terms) if published else 0.0
             steps.append(Step(agent=EXECUTOR, turn=j, action=str(r.answer if ok else r.error),
                               local_reward=outcome, team_reward=outcome,
                               info={"job_id": r.job_id, "ok": ok, "error": r.error,
@@ -141,15 +153,21 @@ class AutoEvolRollout:
             group = executor_group_key(key, d.index, rule)
             for i, call in enumerate(r.node_calls):
                 exec_samples.append(_sample(call.completion, EXECUTOR, i, key, episode.episode_id,
-                                            self.agent_policy[EXECUTOR], j, group, outcome, 0.0,
+                                            self.agent_policy[EXECUTOR], j, group, outcome, local,
                                             {"job_id": r.job_id, "node_id": call.node_id,
-                                             "role": call.role, "design": d.index}))
+                                             "role": call.role, "design": d.index,
+                                             "reward_pettingllms": outcome,
+                                             "reward_published": outcome + sum(terms),
+                                             "delivery_term": terms[0], "solution_term": terms[1]}))
         mean = sum(outcomes) / n
-        fmt = env.format_terms(d.completion.text, sum(ran) / n)
+        ours = env.format_terms(d.completion.text, sum(ran) / n)
+        theirs = sum(scores) / n - mean if d.source is not None else -mean  # published: 0 if no design
+        fmt = theirs if published else ours
         designer = _sample(d.completion, DESIGNER, 0, key, episode.episode_id,
                            self.agent_policy[DESIGNER], d.index, designer_group_key(key), mean, fmt,
                            {"design_found": d.source is not None, "ran_fraction": sum(ran) / n,
-                            "outcomes": outcomes})
+                            "outcomes": outcomes, "reward_pettingllms": mean + ours,
+                            "reward_published": mean + theirs, "reward_scheme": self.settings.mas_reward})
         episode.samples = [designer] + exec_samples
         episode.trajectory.steps = [Step(agent=DESIGNER, turn=0, action=d.completion.text, local_reward=fmt,
                                          team_reward=mean, info=dict(designer.info))] + steps

@@ -42,6 +42,8 @@ class RolloutSettings:
     env_workers: int = 2
     designer_max_new_tokens: int = 768  # autoevol: a design is a whole program
     mas_budgets: MasBudgets = field(default_factory=MasBudgets)  # autoevol
+    design_format: str = "pettingllms"  # autoevol: mas.design_format
+    mas_reward: str = "pettingllms"  # autoevol: mas.reward (pettingllms | published)
 
     @classmethod
     def of(cls, rollout: RolloutConfig, reward: RewardConfig, algorithm: AlgorithmConfig,
@@ -51,7 +53,8 @@ class RolloutSettings:
                    team_weight=float(reward.team_weight), local_weight=float(reward.local_weight),
                    group_by=normalize_group_by(algorithm.group_by), env_workers=int(rollout.env_workers),
                    designer_max_new_tokens=int(mas.designer_sampling.max_new_tokens),
-                   mas_budgets=MasBudgets.from_cfg(mas.budgets))
+                   mas_budgets=MasBudgets.from_cfg(mas.budgets), design_format=str(mas.design_format),
+                   mas_reward=str(mas.reward))
 
 
 @dataclass

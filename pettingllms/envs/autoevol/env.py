@@ -13,6 +13,12 @@ Rewards (see AutoEvolRollout for where they are applied)
   designer  mean_j outcome_j over its N executions
             + format_valid * (fraction of its executions that ran to an answer)
             + format_missing if its reply holds no design (no ```python block)
+With `mas.reward: published` (the released recipe's terms) the execution score is
+  outcome_j + 0.4 if any node's output holds a <delivery>...</delivery> block
+            + 0.4 if (math) a \\boxed{} answer that is not a bare placeholder name was given, or
+              (code) a <solution>...</solution> block whose code parses (>= 10 characters);
+the executor's node calls of execution j get that score and the designer the mean over its
+executions (a reply without a design: 0). Both schemes are recorded in every sample's info.
 Groups: designer by problem; executor by problem (`executor_group: question`, the published
 recipe's choice: every node call of every design of one problem is compared with the others)
 or by (problem, design) (`executor_group: design`).
@@ -23,6 +29,8 @@ final answer (local reward = its grade).
 """
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +41,10 @@ from pettingllms.envs.math.verify import extract_answer, is_correct
 from pettingllms.envs.programs import MAX_PROGRAM_CHARS, extract_program
 
 TASKS = ("math", "code")
+PUBLISHED_TERM = 0.4  # each of the published recipe's two format terms
+_DELIVERY = re.compile(r"<delivery>.*?</delivery>", re.DOTALL)
+_SOLUTION = re.compile(r"<solution>\s*(.*?)\s*</solution>", re.DOTALL)
+_PLACEHOLDER = re.compile(r"^[{}]*[a-zA-Z_][a-zA-Z_0-9]*[{}]*$")
 EXECUTOR_GROUPS = ("question", "design")
 
 
@@ -82,6 +94,7 @@ class AutoEvolEnv(MultiAgentEnv):
         self._code = CodeSingleEnv(**dict(self.opts.grader)) if self.opts.task == "code" else None
         self.question = ""
         self.gold = ""
+        self.design_format = "pettingllms"  # mas.design_format; the autoevol rollout sets it
         self._clear()
 
     def _clear(self) -> None:
@@ -131,11 +144,31 @@ class AutoEvolEnv(MultiAgentEnv):
             return float(self.opts.format_missing)
         return float(self.opts.format_valid) * float(ran_fraction)
 
+    def published_terms(self, outputs: list[str], answer: Any) -> tuple[float, float]:
+        """(delivery, solution) terms of `mas.reward: published` for one execution, read from its
+        node outputs and its final answer."""
+        text = "\n".join([str(o) for o in outputs] + ([answer] if isinstance(answer, str) else []))
+        delivery = PUBLISHED_TERM if _DELIVERY.search(text) else 0.0
+        if self._code is not None:
+            blocks = _SOLUTION.findall(text)
+            code = extract_code(blocks[-1]) or blocks[-1] if blocks else ""
+            try:
+                ast.parse(code)
+                parses = len(code.strip()) >= 10
+            except (SyntaxError, ValueError):
+                parses = False
+            return delivery, PUBLISHED_TERM if parses else 0.0
+        final = extract_answer(answer if isinstance(answer, str) else "", False) or ""
+        boxed = "\\boxed{" in text and bool(final.strip()) and not _PLACEHOLDER.match(final.strip())
+        return delivery, PUBLISHED_TERM if boxed else 0.0
+
     # ------------------------------------------------------------------ seam
     def observation(self, agent: str) -> list[dict[str, str]]:
         if agent == "designer":
             from pettingllms.mas.prompts import designer_messages
-            return designer_messages(self.question)
+            if self.design_format == "pettingllms":
+                return designer_messages(self.question)
+            return designer_messages(self.question, design_format=self.design_format)
         if agent == "executor":
             raise KeyError("autoevol: the executor's prompts are the design's nodes; "
                            "the autoevol rollout builds them")
