@@ -37,7 +37,7 @@ def test_run_query_retries_and_writes_artifacts(tmp_path):
     out = tmp_path / "run"
     assert {p.name for p in out.iterdir()} == {"mas_design.py", "mas.py", "execution.log",
                                               "trace.jsonl", "attempts.json", "result.json",
-                                              "index.html"}
+                                              "index.html", "mas_visualization.mmd"}
     assert (out / "mas_design.py").read_text().startswith("from pettingllms.mas.dsl import *")
     assert "_driver.main(_dsl, DESIGN)" in (out / "mas.py").read_text()
     trace = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
@@ -49,6 +49,14 @@ def test_run_query_retries_and_writes_artifacts(tmp_path):
     for tab in ("Design", "Execution", "Agent Trace", "Workflow", "Attempts"):
         assert f">{tab}</label>" in page
     assert "<svg" in page and page.count('class="wf-node"') == 4  # question, 2 rounds, answer
+    # the same graph as Mermaid: 4 nodes, 3 edges
+    mmd = (out / "mas_visualization.mmd").read_text().splitlines()
+    assert mmd[0] == "flowchart LR"
+    assert [line.strip() for line in mmd if "[" in line] == [
+        'n0_0["question"]:::io', 'n1_0["solver (solver#1)"]:::llm', 'n2_0["critic (critic#2)"]:::llm',
+        'n3_0["answer"]:::io']
+    assert [line.strip() for line in mmd if "-->" in line] == ["n0_0 --> n1_0", "n1_0 --> n2_0",
+                                                               "n2_0 --> n3_0"]
     assert "import os" in page  # the failed attempt's reply is shown
     assert "&lt;script&gt;alert(1)" in page and "<script>alert(1)" not in page  # escaped
     assert [e["stage"] for e in events][:2] == ["designing", "designing"] and events[-1] == \
@@ -70,3 +78,32 @@ def test_fallback_template_is_a_labelled_attempt(tmp_path):
     assert q.ok and [a.ok for a in q.attempts] == [False, True]
     assert "fallback template 'reflection'" in q.attempts[1].designer_reply
     assert (tmp_path / "mas_design.py").read_text().startswith("# Pattern: reflection")
+
+
+RELEASED = """Problem Type: MATH
+<code>
+```python
+from workflow import AgentNode, Workflow, ToolRegistry
+from workflow.nodes import EnsembleNode
+a = AgentNode(name="ForwardSolver", system_prompt="Solve forward.", tool_registry=ToolRegistry(), max_turns=1)
+b = AgentNode(name="BackwardSolver", system_prompt="Solve backward.", tool_registry=ToolRegistry(), max_turns=1)
+ensemble = EnsembleNode(name="E", agents=[a, b], strategy="majority_vote")
+workflow = Workflow(name="math_ensemble_vote")
+workflow.add_node(ensemble)
+print("FINAL ANSWER:")
+result = workflow.run(question)
+print(result.content)
+```
+</code>"""
+
+
+def test_run_query_runs_a_released_format_design(tmp_path):
+    designer = ScriptedEngine(lambda req: [RELEASED])
+    executor = ScriptedEngine(lambda req: ["<delivery>2+3</delivery> FINAL ANSWER: \\boxed{5}"])
+    q = run_query("What is 2+3?", designer, "designer", executor, "executor", tmp_path / "run",
+                  {**CFG, "design_format": "workflow"}, seed=1)
+    assert q.ok and q.answer.endswith("FINAL ANSWER: \\boxed{5}"), q.error
+    assert designer.calls[0][0].messages[1]["content"] == "Design Multi Agent System for the Question: What is 2+3?"
+    assert [c.role for c in q.execution.node_calls] == ["ForwardSolver", "BackwardSolver"]
+    assert "_driver.main(_dsl, DESIGN, _api)" in (tmp_path / "run" / "mas.py").read_text()
+    assert "ForwardSolver" in (tmp_path / "run" / "mas_visualization.mmd").read_text()

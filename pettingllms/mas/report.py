@@ -55,9 +55,9 @@ def _node_details(entry: dict) -> str:
     return f'<details class="node"><summary>{_e(head)}</summary>{body}</details>'
 
 
-def workflow_svg(trace: list[dict], ok: bool) -> str:
+def workflow_columns(trace: list[dict], ok: bool) -> list[list[dict]]:
     """The pipeline as executed: question -> one column per round (its calls ran in one batch)
-    -> answer."""
+    -> answer; every node of a column feeds every node of the next."""
     rounds: dict[int, list[dict]] = {}
     for entry in trace:
         rounds.setdefault(int(entry.get("round", 0)), []).append(entry)
@@ -66,6 +66,28 @@ def workflow_svg(trace: list[dict], ok: bool) -> str:
         columns.append([{"label": f"{e.get('role')} ({e.get('node_id')})" if e.get("kind") == "llm"
                          else "python_tool", "kind": e.get("kind")} for e in rounds[r]])
     columns.append([{"label": "answer" if ok else "failed", "kind": "io" if ok else "bad"}])
+    return columns
+
+
+def workflow_mermaid(trace: list[dict], ok: bool) -> str:
+    """The same graph as workflow_svg, as a Mermaid flowchart (mas_visualization.mmd)."""
+    columns = workflow_columns(trace, ok)
+    lines = ["flowchart LR"]
+    for ci, col in enumerate(columns):
+        for ri, node in enumerate(col):
+            label = str(node["label"]).replace('"', "#quot;")
+            lines.append(f'    n{ci}_{ri}["{label}"]:::{node["kind"] or "llm"}')
+    for ci in range(1, len(columns)):
+        lines += [f"    n{ci - 1}_{a} --> n{ci}_{b}" for a in range(len(columns[ci - 1]))
+                  for b in range(len(columns[ci]))]
+    lines += ["    classDef io fill:#e8f0fe", "    classDef llm fill:#fff4d6",
+              "    classDef tool fill:#e2f5e8", "    classDef bad fill:#fde2e1"]
+    return "\n".join(lines) + "\n"
+
+
+def workflow_svg(trace: list[dict], ok: bool) -> str:
+    """The pipeline as executed (workflow_columns), drawn as an inline SVG."""
+    columns = workflow_columns(trace, ok)
     w, h, gap_x, gap_y = 150, 34, 60, 14
     height = max(len(c) for c in columns) * (h + gap_y) + gap_y
     width = len(columns) * (w + gap_x) + gap_x

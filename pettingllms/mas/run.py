@@ -14,6 +14,7 @@ template runs as one more attempt, labelled as such, when every design failed. A
     attempts.json   every attempt: designer reply, design, result
     result.json     question, ok, answer, error, timing, counts
     index.html      a self-contained report (pettingllms.mas.report)
+    mas_visualization.mmd   the report's workflow graph as a Mermaid flowchart
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from pettingllms.envs.programs import extract_program
 from pettingllms.mas.budgets import MasBudgets
 from pettingllms.mas.executor import DesignJob, ExecutionResult, run_designs
 from pettingllms.mas.prompts import designer_messages
-from pettingllms.mas.report import render_page
+from pettingllms.mas.report import render_page, workflow_mermaid
 from pettingllms.mas.templates import load_templates
 from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
 from pettingllms.utils.seeding import derive_seed
@@ -178,4 +179,5 @@ def write_artifacts(q: QueryResult) -> dict:
     (out / "attempts.json").write_text(json.dumps(page["attempts"], indent=1))
     (out / "result.json").write_text(json.dumps(page["summary"], indent=1))
     (out / "index.html").write_text(render_page(page))
+    (out / "mas_visualization.mmd").write_text(workflow_mermaid(page.get("trace") or [], bool(page.get("ok"))))
     return page
