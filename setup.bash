@@ -6,6 +6,8 @@
 #   bash setup.bash              # install (or check) everything
 #   PETTINGLLMS_EXTRAS=all bash setup.bash   # also the optional stacks (what CI installs)
 #   PETTINGLLMS_FORCE=1 bash setup.bash   # redo the pip steps
+# Run again with other extras, it ends in the venv a fresh install with them gives (pip check
+# clean, packages the new pins break removed or re-pinned) and with a smoke test of a few seconds.
 #
 # Optional stacks, comma-separated in PETTINGLLMS_EXTRAS (or `all`):
 #   ray      Ray-orchestrated rollout workers (trainer.backend=ray)
@@ -141,6 +143,9 @@ else
             say "note: the flash extra needs a CUDA machine; skipped (attention stays sdpa)"
         fi
     fi
+    # A re-run with other extras moves pins (transformers to 5.10.x for the stack): remove or re-pin
+    # what an earlier run left that the new pins break, and stop here if pip check is not clean.
+    "$PY" -m pettingllms.utils.venv_check --fix
     echo "$KEY" > "$STAMP"
 fi
 
@@ -174,5 +179,8 @@ from pettingllms.utils.models import resolve_model_path
 for name in ("embedded:smollm2-135m-instruct", "tiny:test"):
     print(f"[setup] model {name} -> {resolve_model_path(name)}")
 EOF
+
+# -- smoke: import, load tiny:test, one forward (seconds); says what is wrong instead of a broken venv
+"$PY" -m pettingllms.utils.venv_check --smoke
 
 say "done in $(( $(date +%s) - start )) s; venv size $(du -sh "$VENV" | cut -f1)"

@@ -201,3 +201,38 @@ def test_sbatch_hands_usr1_to_the_trainer_and_requeues(tmp_path, data_root):
     assert "stopped by SIGUSR1 after step" in output and "requeueing job 77" in output
     assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "77"]
     assert ckpt_io.latest_checkpoint(run) == ckpt_io.checkpoint_dir(run, len(steps_logged(run)))
+
+
+def test_a_refused_start_leaves_nothing_in_the_way(tmp_path, data_root):
+    """A mistyped data name is refused after Hydra made the run folder (.hydra/, train.log); the
+    corrected command under the same run name trains there."""
+    out, run = tmp_path / "out", tmp_path / "out" / "tiny_test" / "r"
+    args = train_args(data_root, out)
+    typo = [a.replace("math_easy", "math_eazy") for a in args]
+    bad = subprocess.run([sys.executable, "-m", "pettingllms.train", *typo, "trainer.run_name=r"], cwd=ROOT,
+                         env=ENV, capture_output=True, text=True, timeout=300)
+    assert "did you mean 'math_easy'" in bad.stderr and "Traceback" not in bad.stderr
+    assert run.is_dir() and sorted(p.name for p in run.iterdir()) == [".hydra", "train.log"]
+    good = subprocess.run([sys.executable, "-m", "pettingllms.train", *args, "trainer.run_name=r",
+                           "trainer.total_steps=1"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stderr[-3000:]
+    assert steps_logged(run) == [1]
+
+
+def test_a_folder_that_trained_is_still_refused(tmp_path):
+    from pettingllms.trainer.run_folder import never_trained, refuse_used_folder
+
+    run = tmp_path / "r"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "train.log").write_text("error: ...\n")
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "metrics.jsonl").write_text("")
+    assert never_trained(run)
+    refuse_used_folder(run)  # an attempt that never finished a step: taken
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ConfigError, match="is not empty"):
+        refuse_used_folder(run)
+    (run / "metrics.jsonl").unlink()
+    (run / "notes.txt").write_text("mine")  # anything a run does not write: never taken
+    with pytest.raises(ConfigError, match="is not empty"):
+        refuse_used_folder(run)

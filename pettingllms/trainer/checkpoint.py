@@ -20,7 +20,8 @@ from typing import Any, Mapping
 
 import torch
 
-from pettingllms.errors import ConfigError
+from pettingllms.errors import ConfigError, WriteFailed
+from pettingllms.utils.diskio import as_write_failed, folder_bytes, free_bytes, is_write_error
 from pettingllms.utils.seeding import capture_rng_state
 
 log = logging.getLogger(__name__)
@@ -35,19 +36,51 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def save_checkpoint(run_dir: Path, step: int, workers: Mapping[str, Any], state: dict[str, Any]) -> Path:
+    """Write checkpoint `step`; a checkpoint that will not fit (the previous one's size, or an
+    estimate for the first) or whose write fails raises WriteFailed, its .tmp folder removed."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    (tmp / "policies").mkdir(parents=True)
-    for name, worker in workers.items():
-        worker.save(str(tmp / "policies" / name))
-    torch.save({**state, "step": step, "rng": capture_rng_state()}, tmp / STATE_FILE)
-    (tmp / MARKER).write_text(f"{step}\n")
+    needed, basis = checkpoint_bytes(run_dir, workers)
+    free = free_bytes(final.parent)
+    if needed is not None and free is not None and needed > free:
+        raise WriteFailed(tmp, f"not enough free space for checkpoint {final.name} (by {basis}); nothing written",
+                          needed, free)
+    try:
+        (tmp / "policies").mkdir(parents=True)
+        for name, worker in workers.items():
+            worker.save(str(tmp / "policies" / name))
+        torch.save({**state, "step": step, "rng": capture_rng_state()}, tmp / STATE_FILE)
+        (tmp / MARKER).write_text(f"{step}\n")
+    except Exception as e:
+        if not is_write_error(e):
+            raise
+        failed = as_write_failed(tmp, e, needed)
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint is never left behind
+        raise failed from None
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     return final
+
+
+def checkpoint_bytes(run_dir: Path, workers: Mapping[str, Any]) -> tuple[int | None, str]:
+    """Bytes the next checkpoint needs, and on what basis: the newest complete one's size, else an
+    estimate from the workers' parameters (weights saved + two fp32 Adam moments per trained one)."""
+    latest = latest_checkpoint(run_dir)
+    if latest is not None:
+        return folder_bytes(latest), f"the size of {latest.name}"
+    total = 0
+    for worker in workers.values():
+        model = getattr(worker, "model", None)
+        if model is None or not hasattr(model, "parameters"):
+            return None, "unknown"  # e.g. verl's workers: their ranks write the checkpoint
+        params = list(model.parameters())
+        trained = [p for p in params if p.requires_grad]
+        saved = trained if getattr(getattr(worker, "spec", None), "is_lora", False) else params
+        total += sum(p.numel() * p.element_size() for p in saved) + sum(p.numel() * 8 for p in trained)
+    return total, "an estimate from the policies' parameters"
 
 
 def is_complete(ckpt: Path) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig
 
 from pettingllms.config.schema import PhaseConfig, RoleLrConfig
-from pettingllms.errors import ConfigError
+from pettingllms.errors import ConfigError, WriteFailed
 from pettingllms.policies.mapping import role_lrs_at
 from pettingllms.trainer import assemble
 from pettingllms.trainer import checkpoint as ckpt_io
@@ -34,7 +34,9 @@ from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import flat_metrics
 from pettingllms.trainer.metrics import (batch_metrics, policy_metrics,
                                          sandbox_warning, starved_agents, timing_sum)
-from pettingllms.trainer.stopping import EXIT_STOPPED, StopRequested, StopSignals, resume_hint, stop_line
+from pettingllms.trainer.stopping import (EXIT_IO_ERROR, EXIT_STOPPED, StopRequested, StopSignals, resume_hint,
+                                          stop_line)
+from pettingllms.utils.diskio import as_write_failed
 from pettingllms.trainer.timing import Stopwatch
 from pettingllms.utils.seeding import capture_rng_state, derive_seed, restore_rng_state
 
@@ -74,6 +76,7 @@ class LocalTrainer:
         self.stops = stops or StopSignals(loop.stop_signals, loop.stop_grace_s)
         self.stopped: str | None = None  # the signal that stopped `fit` early
         self.stop_checkpoint: Path | None = None  # its checkpoint (None: stopped before step 1)
+        self.failed: WriteFailed | None = None  # the write that ended `fit` (disk full...)
         self.setup = assemble.build_run(cfg)
         self.run_dir, resume_from = assemble.resolve_run_folder(cfg, run_dir)
 
@@ -204,12 +207,18 @@ class LocalTrainer:
                 self._loop(stop, bar, time.perf_counter())
             except StopRequested as e:
                 self.stopped = e.reason
+            except WriteFailed as e:  # the run ends; the last complete checkpoint is intact
+                self.failed = e
             finally:
                 bar.close()
-            if self.stopped is not None:  # the stop path: a checkpoint of the last complete step
+            if self.stopped is not None and self.failed is None:  # a checkpoint of the last complete step
                 self.stops.on_timeout = (f"last complete checkpoint: {ckpt_io.latest_checkpoint(self.run_dir)}; "
                                          + resume_hint(self.run_dir, loop.run_name))
-                self.stop_checkpoint = self._checkpoint_now()
+                try:
+                    self.stop_checkpoint = self._checkpoint_now()
+                except WriteFailed as e:
+                    self.failed = e
+            if self.stopped is not None or self.failed is not None:
                 return self.history
         if loop.validation.val_before and self.step == total:
             print(before_after(self.val_before, self.history), flush=True)
@@ -253,6 +262,12 @@ class LocalTrainer:
             return latest
         return self.save()
 
+    def failure_message(self) -> str:
+        latest = ckpt_io.latest_checkpoint(self.run_dir)
+        kept = f"checkpoint {latest} is intact" if latest is not None else "no checkpoint was completed"
+        return (f"{self.failed}; {kept}; free space, then "
+                + resume_hint(self.run_dir, self.loop.run_name))
+
     def stop_message(self) -> str:
         return stop_line(str(self.stopped), self.step, self.stop_checkpoint,
                          resume_hint(self.run_dir, self.loop.run_name))
@@ -271,13 +286,21 @@ class LocalTrainer:
         self.val_before = self.validate(0)
         log.info("held-out before training (%.0fs): %s", time.perf_counter() - t0,
                  ", ".join(f"{k.removeprefix('val/')} {v:.3f}" for k, v in self.val_before.items() if k.count("/") == 2))
-        path.write_text(json.dumps(self.val_before))
+        try:
+            path.write_text(json.dumps(self.val_before))
+        except OSError as e:
+            raise as_write_failed(path, e) from None
 
     def close(self) -> None:
         try:
             self.outputs.close(stopped=self.stopped or "")
+        except Exception as e:  # noqa: BLE001 - after a failed write, closing the sinks may fail too
+            if self.failed is None:
+                raise
+            log.debug("closing the loggers after %s: %s", self.failed, e)
         finally:
             self.backend.close()
+            self.stops.finished()  # a stop's checkpoint, loggers and workers are done: no watchdog
 
 
 def before_after(before: dict[str, float], history: list[dict[str, Any]]) -> str:
@@ -306,10 +329,17 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> Path:
             stops.finished()
             log.warning(stop_line(e.reason, 0, None, "run the same command to go on"))
             raise SystemExit(EXIT_STOPPED) from None
+        except WriteFailed as e:
+            log.error("%s; nothing was trained; free space, then run the same command to start", e)
+            raise SystemExit(EXIT_IO_ERROR) from None
         try:
             trainer.fit()
         finally:
             trainer.close()
+        if trainer.failed is not None:
+            stops.finished()
+            log.error(trainer.failure_message())
+            raise SystemExit(EXIT_IO_ERROR)
         if trainer.stopped is not None:
             stops.finished()
             log.warning(trainer.stop_message())

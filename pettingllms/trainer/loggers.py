@@ -103,8 +103,9 @@ class JsonlLogger:
                 f.write(json.dumps(row) + "\n")
 
     def log(self, metrics: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(metrics, default=float) + "\n")
+        from pettingllms.utils.diskio import append_line
+
+        append_line(self.path, json.dumps(metrics, default=float))  # whole, or WriteFailed and no trace
 
     def close(self, stopped: str = "") -> None:
         pass

@@ -21,9 +21,9 @@ from pettingllms.errors import ConfigError
 from pettingllms.records import Episode, write_jsonl
 from pettingllms.trainer import run_folder
 from pettingllms.trainer.loggers import finite
+from pettingllms.utils.diskio import as_write_failed
 
-# What Hydra writes into its run dir before the job starts (the job is named after the program).
-HYDRA_FILES = (".hydra", "train.log")
+HYDRA_FILES = run_folder.HYDRA_FILES
 
 
 def fresh_dir(root: Path) -> Path:
@@ -120,8 +120,11 @@ class RunOutputs:
         from pettingllms.trainer.loggers import make_loggers
 
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        except OSError as e:
+            raise as_write_failed(self.run_dir / "config.yaml", e) from None
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.loggers = make_loggers(self.run_dir, cfg, logging_cfg, history, resume_step,
                                     line or (lambda m: summary_line(m, int(total_steps))))
@@ -132,14 +135,25 @@ class RunOutputs:
 
     def write_trajectories(self, step: int, episodes: list[Episode]) -> Path:
         path = self.run_dir / "trajectories" / f"step_{step}.jsonl"
-        write_jsonl(path, episodes)
+        try:
+            write_jsonl(path, episodes)
+        except OSError as e:  # no half-written file: a resumed run writes the step again
+            path.unlink(missing_ok=True)
+            raise as_write_failed(path, e) from None
         return path
 
     def close(self, stopped: str = "") -> None:
-        """`stopped`: the signal that ended the run early (W&B and MLflow record it)."""
+        """`stopped`: the signal that ended the run early (W&B and MLflow record it). Every sink is
+        closed even when one fails (a full disk); the first failure is raised after."""
         loggers, self.loggers = self.loggers, []
+        failure: BaseException | None = None
         for sink in loggers:
-            sink.close(stopped)
+            try:
+                sink.close(stopped)
+            except Exception as e:  # noqa: BLE001 - close the others first
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
 
 def summary_line(m: dict[str, Any], total_steps: int) -> str:

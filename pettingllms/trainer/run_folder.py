@@ -1,6 +1,8 @@
 """What a run may do with an existing run folder: resume it or refuse it, never overwrite it.
 
-- A fresh run (trainer.checkpoint.resume=none) takes only a new or empty folder.
+- A fresh run (trainer.checkpoint.resume=none) takes only a new or empty folder, or one that holds
+  only the records of attempts that never trained (Hydra's .hydra/ and train.log of a refused
+  start, outputs without a step), so a corrected command may reuse the run name.
 - A resumed run compares its config with the folder's config.yaml; a change is refused unless
   trainer.checkpoint.resume_allow_changes=true, and then recorded in config_changes.jsonl.
 - resume=auto with no complete checkpoint starts fresh, says so, and first moves what an
@@ -30,15 +32,29 @@ CHANGES_FILE = "config_changes.jsonl"
 # What a run writes into its folder (outputs.py, checkpoint.py).
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "tensorboard", "trajectories", "checkpoints",
                "wandb", "mlflow.db", "mlartifacts", "loggers.json")
+# What Hydra writes into its run dir before the job starts (the job is named after the program).
+HYDRA_FILES = (".hydra", "train.log")
 
 
 def has_content(run_dir: Path, ignore: tuple[str, ...] = ()) -> bool:
     return run_dir.is_dir() and any(p.name not in ignore for p in run_dir.iterdir())
 
 
+def never_trained(run_dir: Path) -> bool:
+    """The folder holds only records of attempts that never finished a step: Hydra's files, and
+    run outputs with no metrics line and no checkpoint (e.g. a start refused for a bad data name)."""
+    metrics, checkpoints = run_dir / "metrics.jsonl", run_dir / "checkpoints"
+    if metrics.exists() and metrics.stat().st_size > 0:
+        return False
+    if checkpoints.exists() and any(checkpoints.iterdir()):
+        return False
+    return all(p.name in HYDRA_FILES + RUN_OUTPUTS for p in run_dir.iterdir())
+
+
 def refuse_used_folder(run_dir: Path, ignore: tuple[str, ...] = ()) -> None:
-    """A fresh run never writes into a folder that holds anything (but the `ignore` names)."""
-    if has_content(run_dir, ignore):
+    """A fresh run never writes into a folder that holds anything (but the `ignore` names), unless
+    all it holds are records of attempts that never trained."""
+    if has_content(run_dir, ignore) and not never_trained(run_dir):
         found = sorted(p.name for p in run_dir.iterdir() if p.name not in ignore)
         raise ConfigError(f"run folder {run_dir} is not empty (has {', '.join(found[:5])}); use "
                           f"trainer.checkpoint.resume=auto to continue it, or choose another trainer.run_name")
