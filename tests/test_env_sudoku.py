@@ -182,3 +182,60 @@ def test_progress_team_reward_is_shaped():
     first = fills(prob).split("), ")[0] + ")"
     env.step("plan", f"Actions: {first}")
     assert 0.0 < env.team_reward() < 1.0 and not env.success
+
+
+# ---- env.map_size: sides 4, 6, 9, 12, 16 ------------------------------------------------------
+
+@pytest.mark.parametrize("size", [4, 6, 9, 12, 16])
+def test_every_size_has_unique_puzzles_and_the_gold_answer_solves_them(size):
+    from pettingllms.envs.sudoku.data import PRESETS, SIZES
+
+    box_h, box_w, lo, hi = SIZES[size]
+    for preset, (low, high) in ((str(size), (lo, hi)), (f"{size}_easy", (1, 2))):
+        row = make_row(5, PRESETS[preset])
+        puzzle, solution = json.loads(row["puzzle"]), json.loads(row["solution"])
+        assert (row["size"], row["box_h"], row["box_w"]) == (size, box_h, box_w) and low <= row["blanks"] <= high
+        assert search(puzzle, box_h, box_w, limit=2)[0] == 1 and is_solution(solution, puzzle, box_h, box_w)
+        # the gold answer as (row, col, value) triples, and as the whole grid (numbers apart past 9x9)
+        triples = new_env(prob=row).step("plan", "Actions: " + fills(row))
+        assert triples.info["solved"] and triples.info["invalid"] == 0 and triples.local_reward > 1.0
+        whole = new_env(prob=row)
+        assert whole.step("plan", "Actions:\n" + "\n".join(" ".join(map(str, r)) for r in solution)).info["solved"]
+        assert whole.success and whole.team_reward() == 1.0
+    # one wrong value in the gold grid is not a solution
+    bad = [r[:] for r in solution]
+    bad[0][0], bad[0][1] = bad[0][1], bad[0][0]
+    assert not is_solution(bad, puzzle, box_h, box_w)
+
+
+def test_wide_cells_render_aligned_and_a_12x12_grid_parses_only_with_numbers_apart():
+    from pettingllms.envs.sudoku.data import PRESETS
+
+    row = make_row(2, PRESETS["12_easy"])
+    env = new_env(prob=row)
+    lines = env.render().splitlines()
+    assert lines[0].split("|")[0].split() == ["1", "2", "3", "4"] and "12" in lines[0]
+    assert len({len(ln) for ln in lines if "|" in ln}) == 1  # every row as wide as the labels
+    glued = "Actions: " + "".join(str(v) for r in json.loads(row["solution"]) for v in r)
+    assert not env.step("plan", glued).info.get("solved")  # 10-12 glued to their neighbours: not a grid
+
+
+def test_map_size_picks_that_sides_data_and_bad_sizes_are_one_line(tmp_path):
+    from pettingllms.cli.config_loading import load_config
+    from pettingllms.errors import ConfigError
+    from pettingllms.trainer.components import data_name, load_problems
+
+    base = ["env.name=sudoku", f"env.data_root={tmp_path}", "env.data=sudoku_easy"]
+    cfg = load_config("tiny_test", base + ["env.map_size=6"])
+    assert data_name(cfg) == "sudoku_6_easy"
+    rows = load_problems(cfg, "test", limit=5)
+    assert {r["size"] for r in rows} == {6} and all(1 <= r["blanks"] <= 2 for r in rows)
+    assert (tmp_path / "sudoku_6_easy" / "train.parquet").exists()
+    assert data_name(load_config("tiny_test", base[:2] + ["env.data=sudoku", "env.map_size=16"])) == "sudoku_16"
+    assert data_name(load_config("tiny_test", base)) == "sudoku_easy"  # unset: the data's own mix
+    for overrides, words in ((["env.map_size=7"], "has sides 4, 6, 9, 12, 16"),
+                             (["env.name=math", "env.map_size=4"], "no puzzle sizes")):
+        with pytest.raises(ConfigError, match=words):
+            load_config("tiny_test", base + overrides)
+    with pytest.raises(ConfigError, match="not one"):
+        data_name(load_config("tiny_test", base[:2] + ["env.data=my_puzzles", "env.map_size=6"]))

@@ -191,6 +191,11 @@ def _check_env(cfg: DictConfig) -> None:
             raise ConfigError("'env.options.max_turns' is not an option; set env.max_turns")
         if key not in allowed:
             raise _unknown_option(f"env.options.{key}", f"env '{name}'", allowed)
+    size = cfg.env.get("map_size")
+    sizes = getattr(ENV_REGISTRY[name], "map_sizes", ())
+    if size is not None and size not in sizes:
+        raise bad_value("env.map_size", size, f"env '{name}' has sides {', '.join(map(str, sizes))} (or null)"
+                        if sizes else f"env '{name}' has no puzzle sizes; leave it null")
 
 
 def _check_engine(cfg: DictConfig) -> None:

@@ -95,6 +95,9 @@ class EnvConfig:
     data_root: str = "datasets"
     train_limit: Optional[int] = None
     test_limit: Optional[int] = None
+    # puzzle side for envs with sizes (sudoku: 4, 6, 9, 12, 16); picks that side's data
+    # (sudoku -> sudoku_<N>, sudoku_easy -> sudoku_<N>_easy); None: the data's own mix
+    map_size: Optional[int] = None
     options: dict[str, Any] = field(default_factory=dict)  # checked by the env's constructor
 
 

@@ -27,6 +27,7 @@ class MultiAgentEnv(ABC):
 
     name: str = ""
     agents: tuple[str, ...] = ()
+    map_sizes: tuple[int, ...] = ()  # puzzle sides env.map_size may pick (its data module's sized_data_name)
 
     def __init__(self, max_turns: int = 3, **options: Any) -> None:
         if options:

@@ -4,6 +4,7 @@ Shared by the trainer, the backends (trainer/backends/) and `pettingllms.evaluat
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -12,7 +13,17 @@ from pettingllms.errors import ConfigError
 
 
 def data_name(cfg: DictConfig) -> str:
-    return str(cfg.env.data or cfg.env.name)
+    """The dataset folder's name: env.data (default: the env's name); env.map_size=N picks the
+    side-N data of the env's own presets (sudoku -> sudoku_N, through its data module)."""
+    name = str(cfg.env.data or cfg.env.name)
+    size = cfg.env.get("map_size")
+    if size is None:
+        return name
+    builder = data_builder(cfg)
+    sized = getattr(importlib.import_module(builder), "sized_data_name", None) if builder else None
+    if sized is None:
+        raise ConfigError(f"env.map_size={size}: env '{cfg.env.name}' has no puzzle sizes; leave it unset")
+    return sized(name, int(size))
 
 
 def make_env_factory(cfg: DictConfig) -> Callable[[], Any]:
@@ -51,8 +62,14 @@ def data_builder(cfg: DictConfig) -> str | None:
 
 
 def load_problems(cfg: DictConfig, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+    from pettingllms.envs import ENV_REGISTRY
     from pettingllms.envs.dataset import dataset_dir, load_split
 
+    compose = getattr(ENV_REGISTRY.get(str(cfg.env.name)), "compose_problems", None)
+    if compose is not None:  # an env whose problems come from several data sets (autoevol_mixed)
+        builder = data_builder(cfg)
+        return compose(dict(cfg.env.options), split, limit,
+                       lambda name, sp: load_split(name, sp, cfg.env.data_root, builder=builder))
     try:
         return load_split(data_name(cfg), split, cfg.env.data_root, limit=limit, builder=data_builder(cfg))
     except ModuleNotFoundError as e:

@@ -14,6 +14,7 @@ def render_grid(rows: list[str] | list[list[Any]], coords: bool = True,
     """
     cells = [[str(c) for c in row] for row in rows]
     width = max((len(r) for r in cells), default=0)
+    cw = max((len(c) for r in cells for c in r), default=1)  # cell width (sudoku 12x12, 16x16: 2)
 
     def join(items: list[str]) -> str:
         if not boxes:
@@ -26,11 +27,13 @@ def render_grid(rows: list[str] | list[list[Any]], coords: bool = True,
     if coords:
         body = [f"{i + 1:>{pad - 1}} " + line for i, line in enumerate(body)]
     if boxes:
-        rule = " " * pad + "-" * len(join(["x"] * width))
+        rule = " " * pad + "-" * len(join(["x" * cw] * width))
         body = [line for i, row in enumerate(body)
                 for line in ([rule, row] if i and i % boxes[0] == 0 else [row])]
     if coords:
-        body.insert(0, " " * pad + join([str((j + 1) % 10) for j in range(width)]))
+        # column labels: their last digit for one-character cells, the whole number for wider cells
+        labels = [str((j + 1) % 10) if cw == 1 else str(j + 1).rjust(cw) for j in range(width)]
+        body.insert(0, " " * pad + join(labels))
     return "\n".join(body)
 
 

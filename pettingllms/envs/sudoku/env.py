@@ -1,4 +1,4 @@
-"""Sudoku (4x4 and 9x9) with a tool agent and a plan agent; see envs/grid/env.py.
+"""Sudoku (sides 4, 6, 9, 12, 16) with a tool agent and a plan agent; see envs/grid/env.py.
 
 Moves: (row, col, value), 1-based, value 0 empties a non-given cell; or a whole grid.
 Success: the grid passes the rule check (any valid solution that keeps the givens).
@@ -30,6 +30,7 @@ def _grid_from(value: Any) -> list[list[int]]:
 
 class SudokuEnv(GridTaskEnv):
     prompts = prompts
+    map_sizes = (4, 6, 9, 12, 16)  # env.map_size: the data's side (sudoku/data.py SIZES)
 
     def __init__(self, max_turns: int = 4, step_penalty: float = 0.001, invalid_penalty: float = 0.05,
                  **options: Any) -> None:
@@ -63,7 +64,8 @@ class SudokuEnv(GridTaskEnv):
             out.actions = fills[: self.max_actions]
             out.truncated = max(0, len(fills) - self.max_actions)
             return out
-        cells = re.findall(r"[0-9._]", payload)
+        # a whole grid: one character per cell up to 9x9, numbers apart from 12x12 (values 10-16)
+        cells = re.findall(r"[0-9._]" if self.n <= 9 else r"\d+|[._]", payload)
         if len(cells) == self.n * self.n and (not strict or re.fullmatch(r"[\s0-9._,\[\]|]*", payload)):
             vals = [0 if ch in "._" else int(ch) for ch in cells]
             out.actions = [("grid", [vals[i * self.n:(i + 1) * self.n] for i in range(self.n)])]
@@ -130,7 +132,8 @@ class SudokuEnv(GridTaskEnv):
                 if not state["grid"][r][c]]
 
     def render_state(self, state: dict[str, Any]) -> str:
-        rows = [["." if v == 0 else str(v) for v in row] for row in state["grid"]]
+        width = len(str(self.n))  # 12x12 and 16x16 hold two-digit values: cells padded to align
+        rows = [[("." if v == 0 else str(v)).rjust(width) for v in row] for row in state["grid"]]
         return render_grid(rows, coords=True, boxes=(self.box_h, self.box_w))
 
     def describe_state(self, state: dict[str, Any]) -> str:
