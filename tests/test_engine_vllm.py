@@ -167,3 +167,45 @@ def test_cpu_threads_setting_reaches_vllms_environment(monkeypatch, setting, pre
     vllm_engine._set_cpu_threads(setting)
     assert {k: os.environ.get(k) for k in expect} == expect
     assert threads == ([setting] if setting > 0 else [])
+
+
+@pytest.mark.slow
+def test_seeded_batch_that_outgrows_one_step_runs_on_cpu_and_repeats():
+    """64 seeded requests with ~250-token prompts (~16k prompt tokens) in one call, on the embedded
+    model: four times vLLM-CPU's default step budget (4,096 tokens), so with chunked prefill on
+    some prefill is split over steps. vLLM 0.31 then rewinds that request's seeded generator in
+    vllm/v1/worker/gpu_model_runner.py `GPUModelRunner._bookkeeping_sync`
+    (`gen.set_offset(gen.get_offset() - 4)`), which raises "CPU Generator does not use offset" on
+    CPU. The engine's rollout.vllm.cpu_prefill (engines/vllm.py `_cpu_prefill`) keeps every
+    prefill whole; an upgrade of vllm-cpu that changes either side fails here. Same seeds, same
+    tokens: the second call (prefix cache warm) samples exactly the first call's tokens.
+    Cost: ~25 s engine start + ~40 s for the two calls on 2 cores."""
+    import inspect
+
+    from vllm.platforms import current_platform
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from pettingllms.rollout.engines.vllm import VLLMEngine, _cpu_prefill
+
+    # the path this protects; a vllm-cpu that moves it needs _cpu_prefill re-checked
+    assert "gen.set_offset(gen.get_offset() - 4)" in inspect.getsource(GPUModelRunner._bookkeeping_sync)
+    assert current_platform.is_cpu() and _cpu_prefill("whole", 1024, 64) == {"enable_chunked_prefill": False}
+    eng = VLLMEngine({"p": "embedded:smollm2-135m-instruct"}, VLLMConfig(cpu_kvcache_gib=2, max_num_seqs=64),
+                     seed=0, max_prompt_tokens=512, max_new_tokens=8)
+    try:
+        scheduler = eng._engines[0].llm.llm_engine.vllm_config.scheduler_config
+        assert not scheduler.enable_chunked_prefill and scheduler.max_num_batched_tokens == 4096
+        requests = []
+        for i in range(64):
+            text = f"Case {i}. " + " ".join(f"item {i * 31 + j} costs {j} coins," for j in range(40)) + " Total?"
+            requests.append(GenerationRequest([{"role": "user", "content": text}], policy="p", request_id=str(i),
+                                              params=SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=8,
+                                                                    seed=100 + i)))
+        first = eng.generate(requests)
+        assert sum(len(c[0].prompt_ids) for c in first) > 3 * scheduler.max_num_batched_tokens
+        again = eng.generate(requests)
+        assert [c[0].response_ids for c in again] == [c[0].response_ids for c in first]
+        assert len({tuple(c[0].response_ids) for c in first}) > 32  # distinct prompts and seeds: distinct samples
+        assert all(math.isfinite(x) for c in first for x in c[0].logprobs)
+    finally:
+        eng.close()

@@ -216,6 +216,7 @@ _CHOICES = {
     "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
     "rollout.strategy": ("tree", "flat", "autoevol"),
     "rollout.vllm.logprobs_mode": ("processed_logprobs", "raw_logprobs"),
+    "rollout.vllm.cpu_prefill": ("whole", "budget"),
     "algorithm.advantage": ("grpo", "agent_norm", "mean_only"),
     "algorithm.loss_agg": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
     "algorithm.old_logprobs": ("recompute", "engine"),

@@ -57,6 +57,12 @@ class VLLMConfig:
     max_model_len: Optional[int] = None  # None: rollout.max_prompt_tokens + sampling.max_new_tokens
     max_num_seqs: int = 256
     logprobs_mode: str = "processed_logprobs"  # logprobs under the distribution sampled from
+    # CPU build: how prompts are prefilled so that a seeded request never has a prefill split
+    # over scheduler steps (vLLM then rewinds its generator, which a CPU generator cannot do).
+    # whole: chunked prefill off, each prompt in one step (step budget max(max_model_len, 4096)
+    # tokens, vLLM's own CPU default); budget: chunked prefill on with a step budget of
+    # max_num_seqs * max_model_len tokens (activation memory grows with it). GPUs: vLLM's defaults.
+    cpu_prefill: str = "whole"
 
 
 @dataclass

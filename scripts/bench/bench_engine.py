@@ -9,6 +9,7 @@ engine with its lean Llama forward off (rollout.engine_options.lean_forward=fals
     .venv/bin/python scripts/bench/bench_engine.py --compile             # vLLM with graph compile
     .venv/bin/python scripts/bench/bench_engine.py --engines hf hf_plain generate --batches 1 4 16
     .venv/bin/python scripts/bench/bench_engine.py --engines hf hf_onednn generate --batches 1 2 4 8
+    .venv/bin/python scripts/bench/bench_engine.py --engines vllm vllm_budget vllm_split --context 400 --batches 64
 
 For each batch size B it takes B different math questions (chat template, temperature 0.7,
 max_new_tokens 128) and counts the tokens each engine produced up to and including the end token.
@@ -18,6 +19,14 @@ wall times. `vllm_raw` sends the same prompt ids and sampling params straight to
 our engine holds, so vllm / vllm_raw is what the seam costs. Prints a table with the ratios to
 the first engine and one JSON line. vLLM runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0);
 `--kv-gib` sizes its CPU KV cache.
+
+vLLM on CPU cannot split a seeded prompt's prefill over scheduler steps (see
+`pettingllms/rollout/engines/vllm.py:_cpu_prefill`); the ways around it, on prompts long enough
+(`--context N` adds N words of per-request text, new on every run so the prefix cache never
+serves them) that a batch outgrows vLLM's 4,096-token step: `vllm` (rollout.vllm.cpu_prefill=whole:
+chunked prefill off), `vllm_budget` (cpu_prefill=budget: chunked prefill on, a step budget of
+max_num_seqs * max_model_len tokens), `vllm_split` (the `vllm` engine, our call cut into pieces
+whose prompts fit 4,096 tokens, one after the other).
 """
 from __future__ import annotations
 
@@ -38,8 +47,16 @@ QUESTIONS = [
 SYSTEM = "You are a helpful math assistant. Think step by step, then give the answer."
 
 
+CONTEXT = {"words": 0, "run": 0}  # --context: filler words per request; a new text on every run
+
+
 def messages(i: int) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
+    question = QUESTIONS[i % len(QUESTIONS)]
+    if CONTEXT["words"]:
+        run = CONTEXT["run"]
+        filler = " ".join(f"n{run}x{i}x{j}" for j in range(CONTEXT["words"] // 3))
+        question = f"Notes (ignore): {filler}\n\n{question}"
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
 
 def best_of(repeats: int, fn):
@@ -52,10 +69,33 @@ def bench_engine(engine, batch: int, new_tokens: int, temperature: float, seed: 
 
     requests = [GenerationRequest(messages(i), policy="bench", request_id=str(i), params=SamplingParams(
         temperature=temperature, max_new_tokens=new_tokens, seed=seed + i)) for i in range(batch)]
+    CONTEXT["run"] += 1
     start = time.perf_counter()
     out = engine.generate(requests)
     wall = time.perf_counter() - start
     return sum(len(c.response_ids) for cs in out for c in cs), wall
+
+
+def bench_vllm_split(engine, batch: int, new_tokens: int, temperature: float, seed: int, budget: int = 4096):
+    """The same requests, sent in consecutive pieces whose prompt tokens fit one vLLM step."""
+    from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams, prompt_ids
+
+    tok = engine._served["bench"].tokenizer
+    requests = [GenerationRequest(messages(i), policy="bench", request_id=str(i), params=SamplingParams(
+        temperature=temperature, max_new_tokens=new_tokens, seed=seed + i)) for i in range(batch)]
+    CONTEXT["run"] += 1
+    pieces, piece, used = [], [], 0
+    for r in requests:
+        n = len(prompt_ids(tok, r, engine.max_prompt_tokens))
+        if piece and used + n > budget:
+            pieces.append(piece)
+            piece, used = [], 0
+        piece.append(r)
+        used += n
+    pieces.append(piece)
+    start = time.perf_counter()
+    produced = sum(len(c.response_ids) for p in pieces for cs in engine.generate(p) for c in cs)
+    return produced, time.perf_counter() - start
 
 
 def bench_generate(model, tokenizer, eos_ids, batch: int, new_tokens: int, temperature: float, seed: int):
@@ -85,6 +125,7 @@ def bench_vllm_raw(engine, batch: int, new_tokens: int, temperature: float, seed
     served = engine._served["bench"]
     requests = [GenerationRequest(messages(i), policy="bench", request_id=str(i), params=SamplingParams(
         temperature=temperature, max_new_tokens=new_tokens, seed=seed + i)) for i in range(batch)]
+    CONTEXT["run"] += 1
     prompts = [{"prompt_token_ids": prompt_ids(served.tokenizer, r, engine.max_prompt_tokens)} for r in requests]
     params = [engine._sampling(r, i, 0, served.stop_ids) for i, r in enumerate(requests)]
     start = time.perf_counter()
@@ -103,15 +144,16 @@ def build(name: str, args):
     else:
         from pettingllms.config import VLLMConfig
         from pettingllms.rollout.engines.vllm import VLLMEngine
-        engine = VLLMEngine({"bench": args.model}, VLLMConfig(enforce_eager=not args.compile, cpu_kvcache_gib=args.kv_gib,
-                                                                cpu_threads=args.vllm_threads),
-                            dtype=args.dtype, seed=args.seed, max_new_tokens=args.new_tokens)
+        engine = VLLMEngine({"bench": args.model}, VLLMConfig(
+            enforce_eager=not args.compile, cpu_kvcache_gib=args.kv_gib, cpu_threads=args.vllm_threads,
+            max_num_seqs=max(args.batches), cpu_prefill="budget" if name == "vllm_budget" else "whole"),
+            dtype=args.dtype, seed=args.seed, max_new_tokens=args.new_tokens)
     return engine, time.perf_counter() - start
 
 
 def _family(name: str) -> str:
     """Which built engine a bench entry runs on."""
-    return {"generate": "hf", "vllm_raw": "vllm"}.get(name, name)
+    return {"generate": "hf", "vllm_raw": "vllm", "vllm_split": "vllm"}.get(name, name)
 
 
 _PLAIN: dict = {}
@@ -135,6 +177,8 @@ def run_once(name: str, engine, batch: int, args):
                               args.new_tokens, args.temperature, args.seed)
     if name == "vllm_raw":
         return bench_vllm_raw(engine, batch, args.new_tokens, args.temperature, args.seed)
+    if name == "vllm_split":
+        return bench_vllm_split(engine, batch, args.new_tokens, args.temperature, args.seed)
     return bench_engine(engine, batch, args.new_tokens, args.temperature, args.seed)
 
 
@@ -143,7 +187,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cpu", help="HF engine device (vLLM picks its own)")
-    ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf_plain", "hf_onednn", "vllm", "vllm_raw", "generate"])
+    ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf_plain", "hf_onednn", "vllm", "vllm_raw", "vllm_budget", "vllm_split", "generate"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 32])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -154,7 +198,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--vllm-threads", type=int, default=0,
                     help="rollout.vllm.cpu_threads: 0 this process's torch threads, unpinned; -1 vLLM's default")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--context", type=int, default=0, help="filler words added to each prompt (see above)")
     args = ap.parse_args(argv)
+    CONTEXT["words"] = args.context
 
     import torch
 
@@ -184,7 +230,7 @@ def main(argv=None) -> dict:
         print(" | ".join([f"{r['batch']:>5}"] + [f"{r[n]['tok_s']:>14}" for n in args.engines]
                          + [f"{r[x]:>12}" for x in ratios]))
     result = {"model": args.model, "dtype": args.dtype, "new_tokens": args.new_tokens, "temperature": args.temperature,
-              "vllm_compile": args.compile, "vllm_threads": args.vllm_threads, "threads": torch.get_num_threads(),
+              "vllm_compile": args.compile, "context_words": args.context, "vllm_threads": args.vllm_threads, "threads": torch.get_num_threads(),
               "load_s": {k: round(v, 1) for k, v in load_s.items()}, "loadavg_1m": round(os.getloadavg()[0], 1),
               "rows": rows}
     print(json.dumps(result))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import shutil
 import sys
@@ -43,6 +44,7 @@ from pettingllms.rollout.engines.weights import WeightUpdate, write_adapter
 from pettingllms.utils.models import eos_token_ids, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
 
+_log = logging.getLogger(__name__)
 _LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM accepts as max_lora_rank
 
 
@@ -93,6 +95,39 @@ def _flask_proxies_bound():
 
     with flask.Flask("pettingllms-vllm-start").test_request_context():
         yield
+
+
+def _cpu_prefill(mode: str, max_len: int, max_num_seqs: int) -> dict[str, Any]:
+    """Scheduler settings under which no seeded request has its prefill split over steps (CPU build).
+
+    vLLM (v1/worker/gpu_model_runner.py, `_bookkeeping_sync`) discards the token sampled at the
+    end of a partial prefill and rewinds that request's seeded generator with
+    `gen.set_offset(gen.get_offset() - 4)`; a CPU torch.Generator has no offset and raises
+    "CPU Generator does not use offset". Every request here is seeded, so on CPU a call whose
+    prompts outgrow one step's token budget (4,096 by default) would crash. `whole` turns chunked
+    prefill off: a prompt is prefilled in one step or waits for the next (the budget stays
+    max(max_model_len, 4096), no extra memory). `budget` keeps chunked prefill on and raises the
+    budget to max_num_seqs * max_model_len so that no batch outgrows it (one step's activations
+    grow with it: hidden and MLP buffers for that many tokens). GPUs: vLLM's defaults (CUDA
+    generators have offsets). `scripts/bench/bench_engine.py --engines vllm vllm_budget vllm_split
+    --context 150` compares them with splitting our own calls (docs/backends.md)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    if mode == "budget":
+        out = dict(enable_chunked_prefill=True, max_num_batched_tokens=max_num_seqs * max_len)
+    else:
+        out = dict(enable_chunked_prefill=False)
+    global _PREFILL_LOGGED
+    if not _PREFILL_LOGGED:
+        _PREFILL_LOGGED = True
+        _log.info("vLLM on CPU: rollout.vllm.cpu_prefill=%s (%s), so no seeded prefill is split over steps",
+                  mode, ", ".join(f"{k}={v}" for k, v in out.items()))
+    return out
+
+
+_PREFILL_LOGGED = False
 
 
 def _max_lora_rank(rank: int) -> int:
@@ -149,6 +184,7 @@ class VLLMEngine(RolloutEngine):
             max_model_len=int(max_len), max_num_seqs=int(o.max_num_seqs), logprobs_mode=str(o.logprobs_mode),
             gpu_memory_utilization=float(o.gpu_memory_utilization), enable_sleep_mode=bool(o.sleep_mode))
         kwargs.update(engine_kwargs(o, len(self._engines), *self._placement))  # GPUs, tensor parallel, eager
+        kwargs.update(_cpu_prefill(str(o.cpu_prefill), int(max_len), int(o.max_num_seqs)))
         if lora_ranks:
             kwargs.update(enable_lora=True, max_loras=len(lora_ranks), max_lora_rank=_max_lora_rank(max(lora_ranks)))
         with _flask_proxies_bound():
