@@ -37,7 +37,8 @@ def test_experiment_config_composes(name):
 def test_group_option_composes(group, option):
     # MetaAgent-X's env and runner only make sense together (validate refuses one without the other)
     partner = {("rollout", "autoevol"): ["env=autoevol"], ("env", "autoevol"): ["rollout=autoevol"],
-               ("env", "autoevol_code"): ["rollout=autoevol"]}.get((group, option), [])
+               ("env", "autoevol_code"): ["rollout=autoevol"],
+               ("env", "autoevol_mixed"): ["rollout=autoevol"]}.get((group, option), [])
     cfg = load_config(BASE, [f"{group}={option}", *partner])
     if group == "env":
         assert cfg.env.name  # the env file names its env
