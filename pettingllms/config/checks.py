@@ -250,7 +250,7 @@ def _check_schedule(cfg: DictConfig) -> None:
                               f"({int(phase.start_step)} after {last})")
         last = int(phase.start_step)
     env, strategy = str(cfg.env.name), str(cfg.rollout.strategy)
-    if (env == "autoevol") != (strategy == "autoevol"):
+    if env.startswith("autoevol") != (strategy == "autoevol"):
         raise ConfigError("env=autoevol and rollout=autoevol go together (MetaAgent-X's designs x "
                           f"executions); got env.name={env}, rollout.strategy={strategy}")
 
