@@ -21,7 +21,7 @@ from pettingllms.cli.config_loading import load_config
 from pettingllms.errors import ConfigError
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.local import LocalTrainer
-from pettingllms.trainer.stopping import EXIT_STOPPED, StopRequested, StopSignals
+from pettingllms.trainer.stopping import EXIT_STOPPED, StopRequested, StopSignals, _descendants
 from trainer_fixtures import RandomTokenEngine, trainer_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,13 +47,15 @@ def train_cmd(data_root: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pettingllms.train", *train_args(data_root, out), "trainer.run_name=r", *extra]
 
 
-def signal_after_two_steps(proc: subprocess.Popen, run: Path, sig: signal.Signals) -> str:
-    """Send `sig` once step 2 is logged; the process's output."""
+def signal_after_two_steps(proc: subprocess.Popen, run: Path, sig: signal.Signals, children: list | None = None) -> str:
+    """Send `sig` once step 2 is logged; the process's output. `children` gets its process tree then."""
     try:
         deadline = time.time() + 120
         while len(steps_logged(run)) < 2 and proc.poll() is None and time.time() < deadline:
             time.sleep(0.02)
         assert proc.poll() is None, "the run ended before the signal"
+        if children is not None:
+            children += _descendants(proc.pid)
         os.kill(proc.pid, sig)
         return proc.communicate(timeout=60)[0]
     finally:
@@ -96,6 +98,30 @@ def test_signal_stops_with_a_checkpoint_and_resume_finishes_the_run(tmp_path, da
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {run} from step {n}" in again.stdout + again.stderr
     assert steps_logged(run) == list(range(1, STEPS + 1))
+
+
+def test_ray_backend_stops_with_a_checkpoint_and_leaves_no_process(tmp_path, data_root):
+    """Ray's start installs its own SIGTERM handler (it aborts the driver): the trainer takes the
+    signal back; Ray's processes (GCS, raylet, rollout workers) end with the run."""
+    pytest.importorskip("ray")
+    out, run = tmp_path / "out", tmp_path / "out" / "tiny_test" / "r"
+    proc = subprocess.Popen(train_cmd(data_root, out, "trainer.backend=ray", "ray.num_rollout_workers=2"), cwd=ROOT,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    children: list[int] = []
+    output = signal_after_two_steps(proc, run, signal.SIGTERM, children)
+    assert proc.returncode == EXIT_STOPPED, output[-3000:]
+    assert "Traceback" not in output and "stopped by SIGTERM after step" in output
+    assert len(children) >= 3  # gcs_server, raylet, two workers...
+    time.sleep(2)
+    left = [pid for pid in children if Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)]
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_text()[:100] for pid in left]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].splitlines()[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
 
 
 class SignalingEngine(RandomTokenEngine):

@@ -94,6 +94,7 @@ class LocalTrainer:
             if resume_from is None:  # trainer.checkpoint.init_from (e.g. the SFT cold start); a resume wins
                 assemble.load_initial_weights(cfg, self.workers)
             self.backend.start(comp.policy_bases(self.policies))
+            self.stops.reinstall()  # Ray's start replaced the SIGTERM handler with its own
             self.backend.check_trainable()
         except BaseException:
             self.backend.close()
@@ -203,6 +204,7 @@ class LocalTrainer:
         bar = tqdm(total=total, initial=self.step, desc=loop.experiment, unit="step",
                    disable=not loop.logging.progress_bar, file=sys.stderr, dynamic_ncols=True)
         with self.stops.installed():
+            self.stops.reinstall()
             try:
                 self._loop(stop, bar, time.perf_counter())
             except StopRequested as e:

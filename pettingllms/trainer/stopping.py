@@ -71,6 +71,13 @@ class StopSignals:
                     signal.signal(sig, previous)  # type: ignore[arg-type]
                 self._previous.clear()
 
+    def reinstall(self) -> None:
+        """Take the signals back after a library set its own handlers (ray.init installs C++
+        handlers that abort the process on SIGTERM); a no-op when not installed."""
+        if self._previous and threading.current_thread() is threading.main_thread():
+            for sig in self._previous:
+                signal.signal(sig, self._handle)
+
     def _handle(self, signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         if self.reason is not None:
