@@ -107,3 +107,22 @@ def test_run_query_runs_a_released_format_design(tmp_path):
     assert [c.role for c in q.execution.node_calls] == ["ForwardSolver", "BackwardSolver"]
     assert "_driver.main(_dsl, DESIGN, _api)" in (tmp_path / "run" / "mas.py").read_text()
     assert "ForwardSolver" in (tmp_path / "run" / "mas_visualization.mmd").read_text()
+
+
+def test_released_format_fallback_template(tmp_path):
+    """mas.design_format=workflow: the fallback templates are released-format designs."""
+    from pettingllms.mas.checks import check_design
+    from pettingllms.mas.templates import load_templates
+
+    released = load_templates("workflow")
+    assert set(released) == {"single", "ensemble_vote"}
+    assert all(check_design(src, design_format="workflow") == [] for src in released.values())
+    designer = ScriptedEngine(lambda req: ["I would ask three solvers."])
+    executor = ScriptedEngine(lambda req: ["\\boxed{5}" if "forward" in req.messages[0]["content"] or
+                                           "backwards" in req.messages[0]["content"] else "\\boxed{6}"])
+    q = run_query("What is 2+3?", designer, "designer", executor, "executor", tmp_path / "run",
+                  {**CFG, "design_format": "workflow", "fallback_template": "ensemble_vote"}, seed=1)
+    assert q.ok and q.answer == "\\boxed{6}", (q.answer, q.error)  # the judge's reply
+    roles = [c.role for c in q.execution.node_calls]
+    assert roles == ["ForwardSolver", "BackwardSolver", "CaseAnalyzer", "Judge"]  # 5, 5, 6: split
+    assert q.attempts[-1].source == "fallback template 'ensemble_vote'"

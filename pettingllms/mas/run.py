@@ -136,14 +136,16 @@ def run_query(question: str, designer_engine, designer_policy: str, executor_eng
 
 def _fallback(question, cfg, budgets, engine, policy, seed, attempts, notify):
     """Run the configured template as a labelled extra attempt (the designer's all failed)."""
-    templates = load_templates()
+    fmt = str(cfg.design_format)
+    templates = load_templates(fmt)
     name = str(cfg.fallback_template)
     if name not in templates:
-        raise ConfigError(f"mas.fallback_template={name!r}: no such template; "
-                          f"choose one of {', '.join(sorted(templates))}")
+        raise ConfigError(f"mas.fallback_template={name!r}: no such template for design format "
+                          f"{fmt}; choose one of {', '.join(sorted(templates))}")
     index = len(attempts) + 1
     notify({"stage": "executing", "attempt": index, "fallback": name})
-    (result,) = run_designs([DesignJob(templates[name], question, f"fallback-{name}")], engine, policy,
+    (result,) = run_designs([DesignJob(templates[name], question, f"fallback-{name}", design_format=fmt)],
+                            engine, policy,
                             _sampling(cfg.executor_sampling, 0), budgets,
                             seed=derive_seed(seed, "execute", index))
     attempts.append(Attempt(index, f"(no designer reply: every design failed, so the fallback "
