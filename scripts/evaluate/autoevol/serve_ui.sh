@@ -18,6 +18,10 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 cd "$ROOT"
 export HOST="${HOST:-127.0.0.1}" PORT="${PORT:-8899}"
 MODEL="${MODEL:-embedded:smollm2-135m-instruct}"
+# The released MetaAgent-X model (Mercury7353/MetaAgent-X) writes designs in the `workflow` format
+# (docs/metaagent_x.md); DESIGN_FORMAT=workflow|pettingllms sets it for any other model or folder.
+case "$MODEL" in *[Mm]eta[Aa]gent-[Xx]*) DESIGN_FORMAT="${DESIGN_FORMAT:-workflow}" ;; esac
+set -- "mas.design_format=${DESIGN_FORMAT:-pettingllms}" "$@"
 START_VLLM="${START_VLLM:-auto}"
 VLLM_PORT="${VLLM_PORT:-8000}"
 CHECKPOINT="${CHECKPOINT:-auto}"
