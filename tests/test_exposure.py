@@ -250,3 +250,37 @@ def test_joining_a_cluster_without_authentication_says_so_once(monkeypatch, capl
         for proc in tree:  # anything of its Ray still there after it
             if proc.is_running():
                 proc.kill()
+
+
+@pytest.mark.slow
+def test_the_token_goes_when_a_run_exits_without_stopping_its_ray():
+    code = ("from pettingllms.utils.private_ray import start_ray, token_path\n"
+            "start_ray(num_cpus=1, logging_level=40)\n"
+            "print('TOKEN', token_path(), flush=True)\n")  # and exit, Ray still running
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    path = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("TOKEN ")][0]
+    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
+
+
+@pytest.mark.slow
+def test_the_verl_workers_rendezvous_store_listens_on_loopback(monkeypatch):
+    """torch's TCPStore would listen on every interface; under the private Ray (MASTER_ADDR
+    127.0.0.1) rank 0 gives it a loopback socket."""
+    import torch.distributed as dist
+
+    from pettingllms.policies.verl.remote import _loopback_store
+
+    port = free_port()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    before = {p for _, _, p in listeners(os.getpid())}
+    store = _loopback_store(0, 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        new = [(ip, p) for _, ip, p in listeners(os.getpid()) if p not in before]
+        assert ("127.0.0.1", port) in new and all(is_loopback(ip) for ip, _ in new), new
+    finally:
+        dist.destroy_process_group()
+    monkeypatch.setenv("MASTER_ADDR", "192.0.2.1")  # a cluster's address: torch's own rendezvous
+    assert _loopback_store(0, 2) is None

@@ -15,7 +15,6 @@ The server binds HOST=127.0.0.1 by default; any other HOST needs a token on ever
 """
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import sys
@@ -27,6 +26,7 @@ from omegaconf import DictConfig
 
 from pettingllms.cli.app import JobInfo, run_main
 from pettingllms.errors import ConfigError
+from pettingllms.utils.net import is_loopback
 
 DEFAULT_RUNS_DIR = "outputs/mas_demo/runs"
 
@@ -81,16 +81,6 @@ def _serve(cfg: DictConfig, job: JobInfo | None = None) -> int:
     finally:
         close()
     return 0
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name, or "" (all interfaces)
-        return False
 
 
 def demo_token(host: str) -> tuple[str | None, bool]:

@@ -16,7 +16,6 @@ run; `start_ray("auto" | "HOST:PORT", ...)` joins a cluster started with `ray st
 from __future__ import annotations
 
 import atexit
-import ipaddress
 import logging
 import os
 import secrets
@@ -25,6 +24,7 @@ import tempfile
 from typing import Any, Optional
 
 from pettingllms.errors import ConfigError
+from pettingllms.utils.net import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def start_ray(address: Optional[str] = LOCAL, *, num_cpus: Optional[int] = None,
             _restore_env()
             raise
         return True
-    if _is_loopback(address.rpartition(":")[0]):
+    if is_loopback(address.rpartition(":")[0]):
         _enter_env(token=False)  # else Ray turns a loopback address into the node's own address
     else:
         _reload_ray_auth()  # RAY_AUTH_* as they are now
@@ -140,13 +140,6 @@ def _restore_env() -> None:
     _state.pop("path", None)
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _set_single_machine() -> None:
     """Ray reads its single-machine switch once, at import: read it again from the environment."""
     from ray._private import ray_constants
@@ -163,4 +156,9 @@ def _reload_ray_auth() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-atexit.register(_restore_env)  # the token goes even when the run ends without stop_ray
+def _at_exit() -> None:
+    if "env" in _state:  # a Ray started (or a loopback one joined) here and not stopped: stop it first
+        stop_ray()
+
+
+atexit.register(_at_exit)  # the token goes even when the run ends without stop_ray

@@ -9,22 +9,49 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.engine_workers import TrainingWorker
 
 from pettingllms.policies.verl import cpu
+from pettingllms.utils.net import is_loopback
 
 
 def _init_process_group() -> None:
     """verl asks for "cpu:gloo,<device>:<backend>"; on CPU that is "cpu:gloo,cpu:gloo", which
     torch rejects, so the CPU platform starts plain "gloo" first (verl then reuses it)."""
     if cpu.active() and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend="gloo", rank=int(os.environ.get("RANK", 0)),
-                                             world_size=int(os.environ.get("WORLD_SIZE", 1)))
+        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        torch.distributed.init_process_group(backend="gloo", rank=rank, world_size=world,
+                                             store=_loopback_store(rank, world))
+
+
+_listener: list[socket.socket] = []  # rank 0's rendezvous socket, open as long as the store
+
+
+def _loopback_store(rank: int, world: int) -> Optional[torch.distributed.TCPStore]:
+    """torch's rendezvous store (TCPStore, no authentication) listens on every interface; when
+    MASTER_ADDR is loopback (the private Ray, docs/security.md) rank 0 hands it a socket bound
+    to loopback instead. None (torch's own env:// rendezvous) for any other address."""
+    from torch.distributed.constants import default_pg_timeout
+
+    addr, port = os.environ.get("MASTER_ADDR", ""), int(os.environ.get("MASTER_PORT", "0"))
+    if not is_loopback(addr) or not port:
+        return None
+    fd = None
+    if rank == 0:
+        sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr.strip("[]"), port))
+        sock.listen(128)
+        _listener.append(sock)
+        fd = sock.fileno()
+    return torch.distributed.TCPStore(addr, port, world, rank == 0, timeout=default_pg_timeout,
+                                      multi_tenant=True, master_listen_fd=fd)
 
 
 class PolicyTrainingWorker(TrainingWorker):
