@@ -105,3 +105,27 @@ def test_verl_run_that_cannot_be_placed_exits_2_in_one_line(declared_cluster, tm
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert rc == 2 and took < 60, (rc, took, err[-2000:])
     assert len(errors) == 1 and line in errors[0] and "trainer.n_gpus_per_node" in errors[0], err[-2000:]
+
+
+_LOGS = """
+import sys, time
+import ray
+from pettingllms.config.schema import VerlConfig
+from pettingllms.policies.verl.setup import RayCluster, VerlSettings
+cluster = RayCluster.start(VerlSettings(worker=None, verl=VerlConfig(), device="cpu"))
+@ray.remote
+def rank_fails():
+    print("rank-side traceback marker", file=sys.stderr, flush=True)
+    return 1
+ray.get(rank_fails.remote())
+time.sleep(3)  # the log monitor forwards worker output about once a second
+cluster.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_worker_output_reaches_the_console():
+    """finding 2: the verl backend's Ray forwards its workers' output (log_to_driver was off)."""
+    p = subprocess.run([sys.executable, "-c", _LOGS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "rank-side traceback marker" in p.stdout + p.stderr
