@@ -111,6 +111,7 @@ def test_rollout_workers_get_gpus_on_a_cluster_with_gpus(declared):
     assert _ray_backend("rollout.engine=vllm", "rollout.vllm.tensor_parallel_size=2",
                         "ray.num_rollout_workers=4").worker_resources() == (1.0, 2.0)
     assert _ray_backend("ray.gpus_per_worker=0").worker_resources() == (1.0, 0.0)  # as set
+    assert _ray_backend("trainer.device=cpu").worker_resources() == (1.0, 0.0)  # hf set to the CPU: no GPU
     with pytest.raises(ConfigError, match="cannot place 3 rollout worker.*ray.num_rollout_workers"):
         _ray_backend("ray.num_rollout_workers=3", "ray.gpus_per_worker=3").worker_resources()
     actors = [Rank.options(num_cpus=1, num_gpus=1.0).remote() for _ in range(4)]
@@ -126,3 +127,4 @@ def test_rollout_worker_gpus_without_gpus():
     assert rollout_worker_gpus("auto", 1, 4, "hf") == 0.25  # four workers share one GPU
     assert rollout_worker_gpus("auto", 8, 1, "vllm", 4) == 4.0
     assert rollout_worker_gpus(0.5, 8, 1, "hf") == 0.5
+    assert rollout_worker_gpus("auto", 8, 1, "hf", 0) == 0.0  # an engine set to the CPU

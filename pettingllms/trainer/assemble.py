@@ -150,9 +150,11 @@ def build_rollout_engine(cfg: DictConfig, bases: Mapping[str, str],
 
 
 def rollout_gpu_need(cfg: DictConfig) -> tuple[str, int]:
-    """(rollout.engine, GPUs one engine takes: rollout.vllm.tensor_parallel_size for vllm/auto, else 1),
-    for `ray.gpus_per_worker=auto` (utils.placement.rollout_worker_gpus)."""
+    """(rollout.engine, GPUs one engine takes: rollout.vllm.tensor_parallel_size for vllm/auto, 0 for
+    an hf engine set to the CPU, else 1), for `ray.gpus_per_worker=auto` (utils.placement.rollout_worker_gpus)."""
     engine = str(cfg.rollout.engine)
+    if engine == "hf" and str((cfg.rollout.engine_options or {}).get("device", cfg.trainer.device)) == "cpu":
+        return engine, 0
     return engine, int(cfg.rollout.vllm.tensor_parallel_size) if engine in ("vllm", "auto") else 1
 
 

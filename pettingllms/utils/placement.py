@@ -129,11 +129,12 @@ def engine_gpu_ids(n_gpus: int, n_engines: int, tp: int = 1, trainer_on: Optiona
 
 def rollout_worker_gpus(setting: object, cluster_gpus: float, workers: int, engine: str, tp: int = 1) -> float:
     """`ray.gpus_per_worker`: a number as set; `auto` is none on a cluster without GPUs or for the
-    openai engine, else each worker's share: the engine's GPUs (tensor_parallel_size for vLLM, 1
-    for hf) when every worker can have them, else an equal fraction of one."""
+    openai engine (or `tp` 0: an engine set to the CPU), else each worker's share: the engine's GPUs
+    (`tp`: tensor_parallel_size for vLLM, 1 for hf) when every worker can have them, else an
+    equal fraction of one."""
     if str(setting) != "auto":
         return float(setting)  # type: ignore[arg-type]
-    if cluster_gpus < 1 or engine == "openai":
+    if cluster_gpus < 1 or engine == "openai" or tp < 1:
         return 0.0
     need = float(tp if engine == "vllm" else 1)
     share = cluster_gpus / max(1, workers)
