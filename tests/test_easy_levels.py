@@ -86,13 +86,13 @@ def test_code_easy_builds_by_folder_name(tmp_path, monkeypatch):
     assert set(frame["source"]) == {"easy"} and len(frame) == report["test"]
 
 
-@pytest.mark.parametrize("env", ["code", "sudoku", "sokoban", "plan_path"])
+@pytest.mark.parametrize("env", ["code", "sudoku", "sokoban", "plan_path", "eight_queens", "blocksworld"])
 def test_every_easy_level_has_a_training_recipe(env):
     text = (ROOT / "scripts" / "train" / env / f"{env}_easy.sh").read_text()
     assert f"env.data={env}_easy" in text and "recipe train" in text
 
 
-@pytest.mark.parametrize("env", ["sudoku", "sokoban", "plan_path"])
+@pytest.mark.parametrize("env", ["sudoku", "sokoban", "plan_path", "eight_queens", "blocksworld"])
 def test_easy_data_builds_through_the_config(env, tmp_path):
     # the path a recipe takes: env=<env> env.data=<env>_easy, built on first use by the env's package
     from pettingllms.cli.config_loading import load_config

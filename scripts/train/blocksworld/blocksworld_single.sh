@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# blocksworld, single agent + GRPO (one plan agent does the whole task), on the full data.
+# Extra arguments go to the trainer; --dry-run prints the config.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
+recipe train single_grpo blocksworld_single blocksworld_single "$@"

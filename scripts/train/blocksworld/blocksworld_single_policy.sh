@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# blocksworld, MAS + AT-GRPO with one policy shared by the tool and plan agents, on the full data.
+# Extra arguments go to the trainer; --dry-run prints the config.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../_recipe.bash"
+recipe train at_grpo_shared blocksworld blocksworld_single_policy "$@"
