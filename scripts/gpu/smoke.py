@@ -158,7 +158,9 @@ def case_vllm_sleep_lora_reload(model: str) -> str:
     from pettingllms.policies.worker import PolicyWorker
     from pettingllms.rollout.engines.vllm import VLLMEngine
 
-    opts = VLLMConfig(gpu_memory_utilization=0.3, sleep_mode=True, max_num_seqs=16)
+    # eager: two engines start within the case's alarm (CUDA graphs, enforce_eager=auto's GPU default,
+    # add a compile of tens of seconds each and are not what this case checks)
+    opts = VLLMConfig(gpu_memory_utilization=0.3, sleep_mode=True, max_num_seqs=16, enforce_eager=True)
     lora_engine = VLLMEngine({"p": model}, opts, lora_ranks={"p": 8}, max_prompt_tokens=256, max_new_tokens=32)
     worker = PolicyWorker(_spec(model, True), WorkerSettings(device="cuda", micro_batch_size=4, temperature=1.0))
     samples = _samples(lora_engine)
