@@ -45,6 +45,7 @@ class PlanInputs:
     gpus_per_worker: Any
     tp: int
     gpu_memory_utilization: float
+    engine_gpus: int = 1  # GPUs one rollout engine takes (0: set to the CPU), assemble.rollout_gpu_need
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,8 @@ def make_plan(p: PlanInputs, gpus: int, gpu_bytes: int, host_bytes: int) -> Plan
         groups.setdefault(f"lora:{spec.base}" if spec.is_lora else f"full:{name}", []).append(name)
     rows = p.batch_size * p.k
     if backend == "ray":
-        wgpus = rollout_worker_gpus(p.gpus_per_worker, gpus * max(1, p.nnodes), p.workers, p.engine, p.tp)
+        wgpus = rollout_worker_gpus(p.gpus_per_worker, gpus * max(1, p.nnodes), p.workers, p.engine,
+                                    p.engine_gpus)
         for w in range(p.workers):
             dev = f"ray worker {w}" + (f" ({wgpus:g} GPU)" if wgpus else " (CPU)")
             for key, names in groups.items():

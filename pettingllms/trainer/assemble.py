@@ -172,7 +172,7 @@ def plan_inputs(cfg: DictConfig, agents: Sequence[str]) -> Any:
         kl=float(cfg.algorithm.kl_coef), device=str(tr.device), n_per_node=int(tr.n_gpus_per_node),
         nnodes=int(tr.nnodes), batch_size=int(ro.batch_size), k=int(ro.k), workers=int(cfg.ray.num_rollout_workers),
         gpus_per_worker=cfg.ray.gpus_per_worker, tp=int(ro.vllm.tensor_parallel_size),
-        gpu_memory_utilization=float(ro.vllm.gpu_memory_utilization))
+        gpu_memory_utilization=float(ro.vllm.gpu_memory_utilization), engine_gpus=rollout_gpu_need(cfg)[1])
 
 
 def run_place(cfg: DictConfig) -> RunPlace:
