@@ -83,15 +83,18 @@ def flat_metrics(result: dict[str, Any], prefix: str = "val") -> dict[str, float
     return out
 
 
-def format_table(results: list[dict[str, Any]]) -> str:
-    """A plain-text table: env, benchmark, problems, avg@k, pass@k."""
-    rows = [("env", "benchmark", "problems", "avg@k", "pass@k")]
+def format_table(results: list[dict[str, Any]], by_model: bool = False) -> str:
+    """A plain-text table: env, benchmark, problems, avg@k, pass@k (by_model: a first column names
+    each result's model or checkpoint, to compare several)."""
+    rows = [(("model",) if by_model else ()) + ("env", "benchmark", "problems", "avg@k", "pass@k")]
     for r in results:
         k = r["k"]
+        who = ((r.get("checkpoint") or r.get("model") or "?"),) if by_model else ()
         for src, agg in r["benchmarks"].items():
-            rows.append((r["env"], src, str(agg["problems"]), f"{agg[f'avg@{k}']:.3f}", f"{agg[f'pass@{k}']:.3f}"))
+            rows.append(who + (r["env"], src, str(agg["problems"]), f"{agg[f'avg@{k}']:.3f}",
+                               f"{agg[f'pass@{k}']:.3f}"))
         o = r["overall"]
-        rows.append((r["env"], "ALL", str(o["problems"]), f"{o[f'avg@{k}']:.3f}", f"{o[f'pass@{k}']:.3f}"))
+        rows.append(who + (r["env"], "ALL", str(o["problems"]), f"{o[f'avg@{k}']:.3f}", f"{o[f'pass@{k}']:.3f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
