@@ -85,6 +85,7 @@ class RolloutConfig:
     max_prompt_tokens: int = 1024  # longer prompts are truncated from the left
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     env_workers: int = 2  # threads stepping env branches (sandbox work runs in subprocesses)
+    max_refill: int = 0  # algorithm.group_filter=dapo: extra rollouts a step may run to refill its groups
     # hf engine only: device, max_batch_size, threads, lean_forward (false: Llama models take
     # transformers' forward instead of the engine's own; same numbers, slower), cpu_kernels (false:
     # decode steps keep oneDNN's GEMM and the matmul attention instead of our C++ kernels)
@@ -130,6 +131,9 @@ class AlgorithmConfig:
     ppo_epochs: int = 1
     mini_batches: int = 1  # optimizer steps per epoch
     old_logprobs: str = "recompute"  # recompute | engine
+    # none | zero_var (drop groups whose rewards are all equal; a policy left with none is not
+    # updated) | dapo (also refill with up to rollout.max_refill extra rollouts); algorithms/filtering.py
+    group_filter: str = "none"
 
 
 @dataclass

@@ -54,6 +54,7 @@ class LoopSettings:
     run_name: str = ""  # trainer.run_name: how the stop line says to go on
     stop_signals: Sequence[str] = ("SIGTERM", "SIGUSR1")  # trainer.stop_signals (trainer/stopping.py)
     stop_grace_s: float = 20.0
+    max_refill: int = 0  # rollout.max_refill: extra rollouts a dapo-filtered step may run
 
 
 def quiet_hf_progress() -> None:
@@ -204,7 +205,7 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
                         batch_size=int(cfg.rollout.batch_size), algorithm=cfg.algorithm, phases=list(tr.phases),
                         role_lr=tr.role_lr, checkpoint=tr.checkpoint, validation=tr.validation, logging=tr.logging,
                         run_name=str(tr.run_name or ""), stop_signals=[str(s) for s in tr.stop_signals],
-                        stop_grace_s=float(tr.stop_grace_s))
+                        stop_grace_s=float(tr.stop_grace_s), max_refill=int(cfg.rollout.max_refill))
 
 
 def backend_name(cfg: DictConfig) -> str:

@@ -129,6 +129,10 @@ class LocalTrainer:
             with self.stops.droppable(), sw.section("rollout"):
                 problems = [self.problems[i] for i in self.order.next_indices(loop.batch_size)]
                 batch = self.rollout.run(problems, seed=rollout_seed(loop.seed, step), step=step)
+                from pettingllms.algorithms.filtering import refill_batches  # algorithm.group_filter=dapo
+                batches = refill_batches(batch, loop.algorithm.group_filter, loop.max_refill, lambda i: self.rollout.run(
+                    [self.problems[j] for j in self.order.next_indices(loop.batch_size)],
+                    seed=derive_seed(loop.seed, "refill", step, i) % (2**31), step=step))
         except StopRequested:
             self.order.load_state_dict(before[0])
             restore_rng_state(before[1])
@@ -137,12 +141,17 @@ class LocalTrainer:
         self.backend.pause_engines()
         with sw.section("advantages"):
             from pettingllms.algorithms.advantages import compute_advantages
-            compute_advantages(batch.samples, loop.algorithm)
+            from pettingllms.algorithms.filtering import filter_batches
+            for b in batches:  # each rollout's groups on their own (a refill may draw a problem again)
+                compute_advantages(b.samples, loop.algorithm)
+            train, filtered = filter_batches([b.samples for b in batches], loop.algorithm.group_filter)
         reports: dict[str, dict[str, Any]] = {}
         on = self.policies.set_step(step)  # trainer.phases: which policies train now
         updated = [name for name in self.workers if name in on]
         with sw.section("update"):
-            parts = self.policies.split(batch.samples)
+            parts = self.policies.split(train)
+            if filtered:  # a filtered-out policy costs no update (and no weight sync)
+                updated = [name for name in updated if parts[name]]
             lrs = role_lrs_at(loop.role_lr, step)  # trainer.role_lr: per-role rates
             for name in updated:
                 if lrs is None:
@@ -157,6 +166,7 @@ class LocalTrainer:
                                        "data/consumed": self.order.consumed}
             metrics.update(batch_metrics(batch, self.agents))
             metrics.update(policy_metrics(reports))
+            metrics.update(filtered)  # filter/*: groups dropped, refills (algorithm.group_filter)
             metrics["policies/trained"] = float(len(updated))
             metrics.update(batch.counters)  # sandbox/*, judge/*: counted where the envs stepped
             if (warning := sandbox_warning(metrics)) is not None:
