@@ -62,7 +62,7 @@ def test_api_run_health_artifacts(client):
     assert ">Agent Trace</label>" in state["html"] and "<svg" in state["html"]
     names = sorted(a.rsplit("/", 1)[1] for a in state["artifacts"])
     assert names == ["attempts.json", "execution.log", "index.html", "mas.py", "mas_design.py",
-                     "result.json", "trace.jsonl"]
+                     "mas_visualization.mmd", "result.json", "trace.jsonl"]
     design = client.get(next(a for a in state["artifacts"] if a.endswith("mas_design.py")))
     assert design.status_code == 200 and b"Ensemble" in design.data
 

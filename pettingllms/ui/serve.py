@@ -28,7 +28,7 @@ from pettingllms.cli.app import JobInfo, run_main
 from pettingllms.errors import ConfigError
 from pettingllms.utils.net import is_loopback
 
-DEFAULT_RUNS_DIR = "outputs/mas_demo/runs"
+DEFAULT_RUNS_DIR = "outputs/autoeval_interactive"  # where the seed README says the demo writes
 
 
 def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:

@@ -4,7 +4,7 @@
 #   bash scripts/evaluate/autoevol/serve_demo.sh QUESTION="What is 17 * 23?"
 #   MODEL=... START_VLLM=false bash scripts/evaluate/autoevol/serve_demo.sh QUESTION="..."
 # The engine and weights (CHECKPOINT: the cold start when there is one) are chosen as in
-# serve_ui.sh; RUNS_DIR (default outputs/mas_demo/runs) holds the run.
+# serve_ui.sh; RUNS_DIR (default outputs/autoeval_interactive) holds the run.
 set -euo pipefail
 ARGS=()
 for a in "$@"; do
