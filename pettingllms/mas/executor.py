@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from pettingllms.mas import driver, dsl, workflow_api
+from pettingllms.mas import driver, dsl, workflow_api, workflow_flows
 from pettingllms.mas.budgets import MasBudgets
 from pettingllms.mas.checks import check_design
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, SamplingParams
@@ -85,10 +85,16 @@ def _source(module) -> str:
 
 def build_program(design_source: str, design_format: str = "pettingllms") -> str:
     """The complete program the sandbox runs for a design (what `mas.py` holds). Format
-    `workflow` also embeds the released `workflow` API (pettingllms.mas.workflow_api)."""
+    `workflow` also embeds the released `workflow` API (pettingllms.mas.workflow_api + workflow_flows,
+    merged into the module `workflow`)."""
     api = [] if design_format != "workflow" else [
+        "_core = types.ModuleType('pettingllms.mas.workflow_api')",
+        f"exec(compile({_source(workflow_api)!r}, 'pettingllms/mas/workflow_api.py', 'exec'), _core.__dict__)",
+        "sys.modules['pettingllms.mas.workflow_api'] = _core",
+        "_flows = types.ModuleType('pettingllms.mas.workflow_flows')",
+        f"exec(compile({_source(workflow_flows)!r}, 'pettingllms/mas/workflow_flows.py', 'exec'), _flows.__dict__)",
         "_api = types.ModuleType('workflow'); _api.__path__ = []",
-        f"exec(compile({_source(workflow_api)!r}, 'pettingllms/mas/workflow_api.py', 'exec'), _api.__dict__)",
+        "_api.__dict__.update({k: v for m in (_core, _flows) for k, v in vars(m).items() if not k.startswith('__')})",
         "for _name in _api.SUBMODULES:",
         "    sys.modules[_name] = _api"]
     return "\n".join([
