@@ -1,6 +1,7 @@
 """The plan_path env: seeded grids, BFS, scripted episodes, optimality reward.
 
-The last section checks all three grid envs (sudoku, sokoban, plan_path; MAS and single):
+The last section checks the grid envs and puzzles (sudoku, sokoban, plan_path, eight_queens,
+blocksworld; MAS and single):
 hostile replies, configs, the real tree rollout runner and a one-step tiny-model training run.
 """
 from __future__ import annotations
@@ -151,10 +152,14 @@ def grid_row(name: str) -> tuple[dict, str]:
     row = importlib.import_module(f"pettingllms.envs.{name}.data").make_row(7)
     if name == "sudoku":
         return row, "Actions:\n" + "\n".join("".join(map(str, r)) for r in json.loads(row["solution"]))
+    if name == "eight_queens":
+        return row, f"Actions: {row['solution']}"
+    if name == "blocksworld":
+        return row, "Actions: " + ", ".join(f"({b}, {d})" for b, d in json.loads(row["solution"]))
     return row, "Actions: " + ", ".join(row["solution"])
 
 
-@pytest.mark.parametrize("name", ["sudoku", "sokoban", "plan_path"])
+@pytest.mark.parametrize("name", ["sudoku", "sokoban", "plan_path", "eight_queens", "blocksworld"])
 def test_tree_rollout_with_a_scripted_engine_commits_the_solving_plan(name):
     sys.path.insert(0, str(ROOT / "tests"))
     from fakes import ScriptedEngine, make_cfg
@@ -202,7 +207,8 @@ def test_one_step_tiny_model_training_run_completes(name, tmp_path):
     assert all(f"reward/{a}/mean" in last for a in agents) and last["reward/mean"] <= 0  # random text
 
 
-GRID_ENVS = ["sudoku", "sudoku_single", "sokoban", "sokoban_single", "plan_path", "plan_path_single"]
+GRID_ENVS = ["sudoku", "sudoku_single", "sokoban", "sokoban_single", "plan_path", "plan_path_single",
+             "eight_queens", "eight_queens_single", "blocksworld", "blocksworld_single"]
 
 
 @pytest.mark.parametrize("name", GRID_ENVS)

@@ -1,12 +1,10 @@
 """The eight_queens and blocksworld envs (the reference's stateful puzzles): seeded data, gold
-answers, rule checks, hostile replies, the real tree rollout runner, and one AT-GRPO step (tiny
-model; the embedded model in a slow test)."""
+answers, rule checks, and one AT-GRPO step (tiny model; the embedded model in a slow test).
+Hostile replies and the tree rollout runner: tests/test_env_plan_path.py, with the grid envs."""
 from __future__ import annotations
 
-import copy
 import json
 import random
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +16,6 @@ from pettingllms.envs.blocksworld.game import canonical, move, plan, well_placed
 from pettingllms.envs.eight_queens import data as q_data
 from pettingllms.envs.eight_queens.game import attacker, complete, is_solution
 
-ROOT = Path(__file__).resolve().parents[1]
 PUZZLES = ["eight_queens", "blocksworld"]
 DATA = {"eight_queens": q_data, "blocksworld": bw_data}
 
@@ -157,48 +154,6 @@ def test_the_format_example_is_never_the_blocksworld_answer():
         prompt = new_env("blocksworld", row).observation("plan")[1]["content"]
         example = next(ln for ln in prompt.splitlines() if ln.startswith("Actions: "))
         assert example != gold("blocksworld", row), (seed, row)
-
-
-@pytest.mark.parametrize("name", PUZZLES + [f"{p}_single" for p in PUZZLES])
-def test_garbage_empty_and_huge_replies_give_no_reward(name):
-    env = make_env(name)
-    env.reset(DATA[name.removesuffix("_single")].make_row(7), seed=0)
-    replies = ["", "  \n", "solve it", "\x00\xff" * 1000, "Actions: " + "Q" * 1_000_000,
-               "Actions: " + "(1, 2) " * 300_000, "A on B " * 100_000, "```python\n" + "#" * 1_000_000 + "\n```",
-               "```python\nimport os\nos.kill(os.getppid(), 9)\n```", None]
-    for agent in env.agents:
-        for reply in replies:
-            probe = copy.deepcopy(env)
-            result = probe.step(agent, reply)
-            assert result.local_reward <= 0 and not probe.success, (agent, str(reply)[:40])
-    with pytest.raises(TypeError):
-        make_env(name, colour="red")
-
-
-@pytest.mark.parametrize("name", PUZZLES)
-def test_tree_rollout_with_a_scripted_engine_commits_the_solving_plan(name):
-    sys.path.insert(0, str(ROOT / "tests"))
-    from fakes import ScriptedEngine, make_cfg
-
-    from pettingllms.rollout.runner import Rollout
-    from pettingllms.trainer.assemble import rollout_settings
-
-    row = DATA[name].make_row(7)
-    solving = gold(name, row)
-
-    def script(request):
-        if "tool agent" in request.messages[0]["content"]:
-            return ["no code", f"```python\nprint({solving!r})\n```"]
-        return ["Actions: (9, 9), (Z, table)", f"Following the tool.\n{solving}"]
-
-    cfg = make_cfg(rollout={"k": 2, "strategy": "tree"}, reward={"local_weight": 0.5},
-                   env={"name": name, "max_turns": 2})
-    rollout = Rollout(ScriptedEngine(script), lambda: make_env(name, max_turns=2),
-                      {"tool": "shared", "plan": "shared"}, rollout_settings(cfg))
-    episode = rollout.run([row], seed=0).episodes[0]
-    assert episode.trajectory.success and episode.trajectory.num_turns == 1
-    committed = [s for s in episode.samples if s.committed]
-    assert [s.agent for s in committed] == ["tool", "plan"] and all(s.local_reward > 1 for s in committed)
 
 
 def one_step(name: str, tmp_path: Path, *extra: str) -> dict:

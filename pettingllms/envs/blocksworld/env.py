@@ -3,7 +3,7 @@
 Moves: (block, destination), destination another block or `table`. Success: the non-empty
 stacks equal the goal's, in any order. Progress (in [0, 1], 1 only when solved): the fraction
 of blocks well placed (on what the goal puts them on, with everything below well placed). On
-success the bonus is plan optimality, optimal moves / moves made.
+success the bonus is plan optimality, optimal moves / moves made (as MoveGridEnv).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pettingllms.envs.blocksworld import prompts
 from pettingllms.envs.blocksworld.game import (TABLE, canonical, move, moves_from, plan, well_placed,
                                                 why_invalid)
 from pettingllms.envs.grid.actions import ParsedActions
-from pettingllms.envs.grid.env import GridTaskEnv, Outcome, register_variants
+from pettingllms.envs.grid.env import MoveGridEnv, register_variants
 
 _Q = "[\"'`]?"
 _MOVE = re.compile(rf"[(\[{{]?\s*{_Q}\b([A-Za-z])\b{_Q}\s*(?:,|->|→|\bonto\b|\bon\b|\bto\b)\s*"
@@ -28,7 +28,9 @@ def _stacks(value: Any) -> list[list[str]]:
     return [[str(b) for b in s] for s in stacks if len(s)]
 
 
-class BlocksworldEnv(GridTaskEnv):
+class BlocksworldEnv(MoveGridEnv):
+    """MoveGridEnv's apply and optimality bonus, with (block, destination) moves."""
+
     prompts = prompts
 
     def __init__(self, max_turns: int = 4, **options: Any) -> None:
@@ -57,31 +59,17 @@ class BlocksworldEnv(GridTaskEnv):
         out.truncated = max(0, len(moves) - self.max_actions)
         return out
 
-    def apply(self, state: dict[str, Any], actions: list[Any]) -> Outcome:
-        out = Outcome(state)
-        for i, (block, dest) in enumerate(actions):
-            if self.solved(state):
-                out.notes.append(f"solved after move {i}; the remaining {len(actions) - i} were ignored")
-                break
-            why = why_invalid(state["stacks"], block, dest)
-            if why is None:
-                state["stacks"] = move(state["stacks"], block, dest)
-                state["moves"] += 1
-                out.applied += 1
-            else:
-                out.invalid += 1
-                if len(out.notes) < 5:
-                    out.notes.append(f"move {i + 1} ({block}, {dest}) rejected: {why}")
-        return out
+    def try_move(self, state: dict[str, Any], action: tuple[str, str]) -> str | None:
+        why = why_invalid(state["stacks"], *action)
+        if why is None:
+            state["stacks"] = move(state["stacks"], *action)
+        return why
 
     def solved(self, state: dict[str, Any]) -> bool:
         return canonical(state["stacks"]) == canonical(self.goal)
 
     def progress(self, state: dict[str, Any]) -> float:
         return 1.0 if self.solved(state) else well_placed(state["stacks"], self.goal) / len(self.blocks)
-
-    def success_bonus(self, state: dict[str, Any]) -> float:
-        return min(1.0, self.optimal_moves / max(1, state["moves"]))
 
     def reference_actions(self, state: dict[str, Any]) -> list[Any]:
         return list(plan(state["stacks"], self.goal) or [])
