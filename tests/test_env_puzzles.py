@@ -158,7 +158,7 @@ def test_the_format_example_is_never_the_blocksworld_answer():
 
 def one_step(name: str, tmp_path: Path, *extra: str) -> dict:
     from pettingllms.cli.config_loading import load_config
-    from pettingllms.trainer.local import LocalTrainer
+    from trainer_fixtures import fit
 
     base = name.removesuffix("_single")
     DATA[base].build(tmp_path / f"{base}_easy", n_train=4, n_test=2)
@@ -166,12 +166,7 @@ def one_step(name: str, tmp_path: Path, *extra: str) -> dict:
                                     "~env.options", "env.max_turns=1", "trainer.total_steps=1",
                                     "reward.local_weight=0.5", f"trainer.output_dir={tmp_path / 'out'}",
                                     "trainer.run_name=r", "trainer.logging.progress_bar=false", *extra])
-    trainer = LocalTrainer(cfg)
-    try:
-        history = trainer.fit()
-    finally:
-        trainer.close()
-    last = history[-1]
+    last = fit(cfg)[-1]
     agents = make_env(name).agents
     assert last["step"] == 1 and last["samples/count"] == 2 * 2 * len(agents)  # batch 2, k 2
     assert all(f"reward/{a}/mean" in last for a in agents)

@@ -125,3 +125,14 @@ class RandomTokenEngine(RolloutEngine):
 
     def update_weights(self, update: WeightUpdate) -> None:
         self.loaded.append(update.policy)
+
+
+def fit(cfg, engine: Any = None) -> list[dict[str, Any]]:
+    """Train a LocalTrainer on `cfg` (its engine, or `engine`) to the end; its metrics history."""
+    from pettingllms.trainer.local import LocalTrainer
+
+    trainer = LocalTrainer(cfg, engine=engine)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()

@@ -5,7 +5,8 @@ from typing import Any
 from pettingllms.envs.base import ENV_REGISTRY, MultiAgentEnv, StepResult, register_env
 
 # Each entry is a sub-package whose import registers its env and its `_single` variant.
-BUILTIN_ENV_PACKAGES = ("math", "code", "sudoku", "sokoban", "plan_path", "autoevol", "eight_queens", "blocksworld")
+BUILTIN_ENV_PACKAGES = ("math", "code", "sudoku", "sokoban", "plan_path", "autoevol", "eight_queens", "blocksworld",
+                        "math_aggregation")
 
 for _pkg in BUILTIN_ENV_PACKAGES:
     importlib.import_module(f"pettingllms.envs.{_pkg}")
