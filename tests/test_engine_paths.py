@@ -14,11 +14,10 @@ demo on a started server (serve_demo.sh) is tests/test_vllm_server.py.
 
 Cost per case, measured on 2 shared cores at a 1-min load of 4-7 (`pytest --durations=0`, one run):
   evaluate[hf] 157 s, evaluate[vllm] 110 s, evaluate[openai] 115 s (with the shared server's start),
-  mas[vllm] 40 s, mas[hf] 18 s, mas[openai] 7 s (server shared). The training cases
-  (train[vllm-local], train[vllm-ray], train[hf-ray], train[hf-local] in test_quickstart.py) were
-  not run with this file yet: expect each to take about the quick start's one step plus one
-  evaluation call (2-4 min); the whole file is then ~15-20 min, over the ~6-8 min the suite has
-  left, so CI may have to pick a subset (issue 37 notes).
+  mas[vllm] 40 s, mas[hf] 18 s, mas[openai] 7 s (server shared), train[vllm-local] 190 s.
+  train[vllm-ray] and train[hf-ray] were not run with this file yet (expect ~3-4 min each); the
+  whole file is then ~15-20 min, over the ~6-8 min the suite has left, so CI may have to pick a
+  subset (issue 37 notes).
 """
 from __future__ import annotations
 
