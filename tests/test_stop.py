@@ -262,3 +262,20 @@ def test_a_folder_that_trained_is_still_refused(tmp_path):
     (run / "notes.txt").write_text("mine")  # anything a run does not write: never taken
     with pytest.raises(ConfigError, match="is not empty"):
         refuse_used_folder(run)
+
+
+def test_the_handler_a_launcher_set_runs_after_the_stop():
+    """Hydra's submitit launcher requeues on USR2 from its own handler: listed in
+    trainer.stop_signals, the run stops first, then that handler runs (hand_on)."""
+    seen = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: seen.append(signum))
+    try:
+        stops = StopSignals(["SIGUSR2"], grace_s=30)
+        with stops.installed():
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stops.reason == "SIGUSR2" and seen == []  # the stop path first
+            stops.finished()
+            stops.hand_on()
+        assert seen == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

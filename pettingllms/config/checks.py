@@ -82,6 +82,7 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
      "must list catchable signal names such as SIGTERM, SIGUSR1, SIGUSR2, SIGHUP (not SIGKILL or SIGSTOP)"),
     ("trainer.role_lr.swap_every", lambda v: v >= 0, "must be >= 0 (0: never)"),
     ("ray.num_rollout_workers", lambda v: v >= 1, "must be >= 1"),
+    ("ray.max_worker_restarts", lambda v: v >= 0, "must be >= 0 (0: a lost worker stops the run)"),
     ("trainer.verl.place_timeout_s", lambda v: v > 0, "must be > 0 (seconds)"),
     ("rollout.vllm.tensor_parallel_size", lambda v: v >= 1, "must be >= 1 (GPUs per engine)"),
     ("rollout.vllm.enforce_eager", lambda v: v == "auto" or isinstance(v, bool), "must be auto, true or false"),

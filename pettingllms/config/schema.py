@@ -188,7 +188,9 @@ class RayConfig:
     # (rollout.vllm.tensor_parallel_size for vllm, 1 for hf) or an equal share of the cluster's
     gpus_per_worker: Any = "auto"
     num_cpus: Optional[int] = None  # local Ray only: CPUs it may use (None: all)
-    step_timeout_s: float = 1800.0  # a rollout slower than this fails the step (never a hang)
+    step_timeout_s: float = 1800.0  # a rollout worker slower than this is recreated (never a hang)
+    # rollout workers recreated per run after one died or hung (then: checkpoint and stop, exit 75)
+    max_worker_restarts: int = 3
     env_vars: dict[str, str] = field(default_factory=dict)  # extra env vars for the workers
     worker_imports: list[str] = field(default_factory=list)  # modules each worker imports first (custom envs)
 

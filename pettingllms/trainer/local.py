@@ -355,6 +355,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         if trainer.stopped is not None:
             stops.finished()
             log.warning(trainer.stop_message())
+            stops.hand_on()  # e.g. submitit's requeue on its USR2
             raise SystemExit(EXIT_STOPPED)
     print(f"run folder: {trainer.run_dir}", flush=True)
     return trainer.run_dir

@@ -106,6 +106,15 @@ class StopSignals:
             self._watchdog.daemon = True
             self._watchdog.start()
 
+    def hand_on(self) -> None:
+        """After the stop path, call the Python handler the stopping signal had before the run (e.g.
+        Hydra's submitit launcher's USR2 handler, which requeues the job): a launcher's own
+        preemption logic runs once the checkpoint is written."""
+        sig = signal.Signals.__members__.get(self.reason or "")
+        previous = self._previous.get(sig) if sig is not None else None
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(int(sig), None)
+
     def finished(self) -> None:
         """The stop path is done (the process is about to exit by itself)."""
         if self._watchdog is not None:

@@ -7,9 +7,13 @@ keys and per-request seeds are what one process would use: one worker reproduces
 `trainer.backend=local` exactly, N workers give the same batch shape. Weight updates go into
 the object store once and every worker applies them.
 
-A worker that dies (killed, OOM) or a rollout slower than `ray.step_timeout_s` fails the step
-with one message naming the worker; Ray's own restarts are not used, because a restarted
-worker would come back with base weights.
+A worker that dies (killed, OOM, its node gone) or outlives `ray.step_timeout_s` is recreated by
+the driver, up to `ray.max_worker_restarts` per run: the new worker gets the current weights (the
+driver's policy workers hold them) and replays its slice of the step with the same keys and seed,
+so the step's trajectories are those of an unfaulted run; metrics count `faults/worker_restarts`.
+With no restart left, a lost rollout worker stops the run on the stop path (trainer/stopping.py:
+a checkpoint of the last complete step, one line). Ray's own restarts are not used, because a
+worker Ray restarts comes back with base weights.
 
 Ray: `ray.address=local` starts a private Ray for this run (token auth on, a fresh token per run,
 listening on loopback only; it lives as long as the run: utils/private_ray.py, docs/security.md);
@@ -29,8 +33,11 @@ from omegaconf import DictConfig, OmegaConf
 from pettingllms.errors import ConfigError
 from pettingllms.records import Batch
 from pettingllms.trainer.backends.base import Backend, GenerationStats, Runner
+from pettingllms.trainer.stopping import StopRequested
 from pettingllms.utils.counters import sum_counters
 from pettingllms.utils.private_ray import LOCAL, start_ray, stop_ray
+
+log = logging.getLogger(__name__)
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding `pettingllms/`
 
@@ -114,14 +121,18 @@ class _RayRunner:
         workers = self.backend.workers
         n = len(problems)
         slices = [(i * n // len(workers), (i + 1) * n // len(workers)) for i in range(len(workers))]
-        calls = [(i, workers[i].run.remote(problems[a:b], keys[a:b], seed, k, step, self.settings))
-                 for i, (a, b) in enumerate(slices) if b > a]
-        results = self.backend.gather(calls, "rollout")
+        def play(i: int, worker: Any) -> Any:  # a recreated worker replays the same slice, keys and seed
+            a, b = slices[i]
+            return worker.run.remote(problems[a:b], keys[a:b], seed, k, step, self.settings)
+
+        calls = [(i, play(i, workers[i])) for i, (a, b) in enumerate(slices) if b > a]
+        results = self.backend.gather(calls, "rollout", resubmit=play)
         stats = self.backend.stats
         stats.generate_s += max((s.generate_s for _, s in results), default=0.0)  # workers run in parallel
         stats.generated_tokens += sum(s.generated_tokens for _, s in results)
-        return Batch(step=step, episodes=[e for batch, _ in results for e in batch.episodes],
-                     counters=sum_counters(batch.counters for batch, _ in results))  # workers' sandbox/judge
+        counters = sum_counters(batch.counters for batch, _ in results)  # workers' sandbox/judge
+        counters["faults/worker_restarts"] = float(self.backend.restarts)  # so far in this run
+        return Batch(step=step, episodes=[e for batch, _ in results for e in batch.episodes], counters=counters)
 
 
 class RayBackend(Backend):
@@ -137,6 +148,8 @@ class RayBackend(Backend):
         if int(cfg.ray.num_rollout_workers) < 1:
             raise ConfigError("ray.num_rollout_workers must be >= 1")
         self.workers: list[Any] = []
+        self.restarts = 0  # rollout workers recreated in this run (ray.max_worker_restarts)
+        self._new_worker: Callable[[int], Any] | None = None
         self.stats = GenerationStats()
         self._owns_ray = False
 
@@ -151,10 +164,10 @@ class RayBackend(Backend):
         actor = ray.remote(max_restarts=0, max_task_retries=0)(RolloutWorker)
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         ranks = policy_lora_ranks(self.policies)
-        self.workers = [
-            actor.options(num_cpus=cpus, num_gpus=gpus).remote(
-                i, plain, dict(bases), ranks, dict(self.policies.agent_policy))
-            for i in range(int(rcfg.num_rollout_workers))]
+        agent_policy = dict(self.policies.agent_policy)
+        self._new_worker = lambda i: actor.options(num_cpus=cpus, num_gpus=gpus).remote(
+            i, plain, dict(bases), ranks, agent_policy)
+        self.workers = [self._new_worker(i) for i in range(int(rcfg.num_rollout_workers))]
         self.gather([(i, w.pid.remote()) for i, w in enumerate(self.workers)], "start-up")
 
     def worker_resources(self) -> tuple[float, float]:
@@ -171,38 +184,80 @@ class RayBackend(Backend):
         check_rollout_workers(n, float(rcfg.cpus_per_worker), gpus, nodes)
         return float(rcfg.cpus_per_worker), gpus
 
-    def gather(self, calls: list[tuple[int, Any]], what: str) -> list[Any]:
-        """Results of (worker index, object ref) calls in order; one clear error naming the worker
-        if one dies or the whole call outlives ray.step_timeout_s."""
+    def gather(self, calls: list[tuple[int, Any]], what: str,
+               resubmit: Callable[[int, Any], Any] | None = None) -> list[Any]:
+        """Results of (worker index, object ref) calls in order. A worker that dies or outlives
+        ray.step_timeout_s is recreated and `resubmit(index, new worker)` replays its call; without
+        `resubmit`, or with no restart left, one error naming the worker (for a rollout: WorkersLost,
+        which the trainer's stop path turns into a checkpoint and one line)."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+        from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
         timeout = float(self.cfg.ray.step_timeout_s)
         deadline = time.monotonic() + timeout
         index = {ref: i for i, ref in calls}
         pending = [ref for _, ref in calls]
-        done: dict[Any, Any] = {}
+        done: dict[int, Any] = {}
+
+        def replace_worker(i: int, cause: str, error: str) -> None:
+            nonlocal deadline
+            if resubmit is None or self.restarts >= int(self.cfg.ray.max_worker_restarts):
+                self._lost(what, error)
+            self._recreate(i, cause, what)
+            ref = resubmit(i, self.workers[i])
+            index[ref] = i
+            pending.append(ref)
+            deadline = max(deadline, time.monotonic() + timeout)
+
         while pending:
             ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
-                names = ", ".join(str(index[r]) for r in pending)
-                raise RuntimeError(f"ray backend: {what} on rollout worker(s) {names} did not finish within "
+                slow, pending = [index[r] for r in pending], []
+                for i in slow:
+                    names = ", ".join(map(str, slow))
+                    replace_worker(i, f"did not finish its {what} within ray.step_timeout_s={timeout:g}s",
+                                   f"ray backend: {what} on rollout worker(s) {names} did not finish within "
                                    f"ray.step_timeout_s={timeout:g}s")
+                continue
             ref = ready[0]
+            i = index[ref]
             try:
-                done[ref] = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
-            except RayActorError as e:
-                raise RuntimeError(f"ray backend: rollout worker {index[ref]} died during {what} "
-                                   f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
-            except RayTaskError as e:
-                raise RuntimeError(f"ray backend: rollout worker {index[ref]} failed during {what}: "
-                                   f"{e.cause!r}") from None
+                done[i] = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+            except RayTaskError as e:  # the worker's own code raised: a bug, not a lost worker
+                raise RuntimeError(f"ray backend: rollout worker {i} failed during {what}: {e.cause!r}") from None
             except GetTimeoutError:
-                raise RuntimeError(f"ray backend: {what} on rollout worker {index[ref]} timed out") from None
-            except RayError as e:  # e.g. OutOfMemoryError: Ray's memory monitor killed the worker
-                raise RuntimeError(f"ray backend: rollout worker {index[ref]} failed during {what} "
-                                   f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
-        return [done[ref] for _, ref in calls]
+                replace_worker(i, f"timed out during its {what}", f"ray backend: {what} on rollout worker {i} timed out")
+            except RayError as e:  # RayActorError (killed, node lost), OutOfMemoryError (Ray's memory monitor)
+                verb = "died" if "ActorError" in type(e).__name__ or "ActorDied" in type(e).__name__ else "failed"
+                replace_worker(i, f"{verb} ({death_cause(e)})",
+                               f"ray backend: rollout worker {i} {verb} during {what} "
+                               f"({type(e).__name__}: {(str(e).splitlines() or [''])[0]})")
+        return [done[i] for i, _ in calls]
+
+    def _lost(self, what: str, error: str) -> None:
+        restarts = int(self.cfg.ray.max_worker_restarts)
+        if what == "rollout":  # the stop path: the last complete step is checkpointed
+            raise WorkersLost(f"{error}; no worker restart left (ray.max_worker_restarts={restarts})")
+        raise RuntimeError(error)
+
+    def _recreate(self, i: int, cause: str, what: str) -> None:
+        """Replace rollout worker `i` with a new one holding the current weights."""
+        import ray
+
+        self.restarts += 1
+        log.warning("rollout worker %d %s; recreating it (restart %d of ray.max_worker_restarts=%d) with the "
+                    "current weights and replaying its part of the %s", i, cause, self.restarts,
+                    int(self.cfg.ray.max_worker_restarts), what)
+        try:
+            ray.kill(self.workers[i], no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self.workers[i] = self._new_worker(i)
+        updates = _cpu_updates([w.weight_update() for w in self.policies.workers.values()])
+        try:
+            self.gather([(i, self.workers[i].update_weights.remote(updates))], "weight load after a restart")
+        except RuntimeError as e:  # no room for it, or it died at once
+            self._lost(what, str(e))
 
     def runner(self, settings: Any = None) -> Runner:
         return _RayRunner(self, settings)
@@ -210,10 +265,9 @@ class RayBackend(Backend):
     def apply_updates(self, updates: list[Any]) -> None:
         import ray
 
-        # CPU tensors: a worker may have no GPU, or another one than the trainer's
-        updates = [replace(u, tensors={k: t.detach().cpu() for k, t in u.tensors.items()}) for u in updates]
-        ref = ray.put(updates)  # one copy in the object store, read by every worker
-        times = self.gather([(i, w.update_weights.remote(ref)) for i, w in enumerate(self.workers)], "weight sync")
+        ref = ray.put(_cpu_updates(updates))  # one copy in the object store, read by every worker
+        times = self.gather([(i, w.update_weights.remote(ref)) for i, w in enumerate(self.workers)], "weight sync",
+                            resubmit=lambda i, w: w.update_weights.remote(ref))
         self.stats.weight_load_s += max(times, default=0.0)
 
     def check_trainable(self) -> None:
@@ -222,7 +276,8 @@ class RayBackend(Backend):
             raise ConfigError(problem)
 
     def pause_engines(self) -> None:
-        self.gather([(i, w.sleep.remote()) for i, w in enumerate(self.workers)], "engine sleep")
+        self.gather([(i, w.sleep.remote()) for i, w in enumerate(self.workers)], "engine sleep",
+                    resubmit=lambda i, w: w.sleep.remote())
 
     def begin_step(self) -> None:
         self.stats = GenerationStats()
@@ -243,3 +298,23 @@ class RayBackend(Backend):
         if self._owns_ray:
             stop_ray()
         super().close()
+
+
+class WorkersLost(StopRequested):
+    """A rollout worker was lost with no restart left: the trainer checkpoints its last complete
+    step and stops (exit 75); `trainer.checkpoint.resume=auto` goes on."""
+
+
+def _cpu_updates(updates: list[Any]) -> list[Any]:
+    """CPU tensors: a worker may have no GPU, or another one than the trainer's."""
+    return [replace(u, tensors={k: t.detach().cpu() for k, t in u.tensors.items()}) for u in updates]
+
+
+def death_cause(e: BaseException) -> str:
+    """Ray's exit detail of a lost worker (OOM, a signal, its node gone), in a few words."""
+    text = " ".join(str(e).split())
+    for marker in ("Worker exit detail:", "exit detail:", "The actor died because", "The actor is dead because"):
+        if marker in text:
+            detail = text.split(marker, 1)[1].strip()
+            return (detail.split(". ")[0] or type(e).__name__)[:200]
+    return f"{type(e).__name__}: {text[:160]}"
