@@ -256,6 +256,9 @@ class TrainerConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # signals that stop the run cleanly (drop the rollout, checkpoint, one line; Ctrl-C always does)
+    stop_signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
+    stop_grace_s: float = 20.0  # the most a stop may take (SLURM's KillWait is 30 s by default)
 
 
 @dataclass
@@ -267,9 +270,6 @@ class EvalConfig:
     # problems per rollout call (each plays k episodes); None: rollout.batch_size. Larger is
     # faster (wider generate batches) and only changes which sampling seed each problem gets
     batch_problems: Optional[int] = None
-    # signals that stop the run cleanly (drop the rollout, checkpoint, one line; Ctrl-C always does)
-    stop_signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
-    stop_grace_s: float = 20.0  # the most a stop may take (SLURM's KillWait is 30 s by default)
     checkpoint: str = ""  # empty: the base model
     output: str = ""  # results JSON; empty: next to the checkpoint, or outputs/<experiment>/eval/
 
