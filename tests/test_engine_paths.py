@@ -41,6 +41,12 @@ EVAL = ["eval.k=2", "eval.limit=16", "eval.batch_problems=16"]  # the quick star
 HAS_VLLM = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0
 ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.skipif(not HAS_VLLM, reason="vllm not installed"))]
 pytestmark = pytest.mark.slow
+# The costliest cases (training x {vllm-local, vllm-ray, hf-ray}: 290, 325, 55 s; evaluate[hf] 150 s)
+# run only with PETTINGLLMS_ALL_PATHS=1: with them the suite outgrew CI's 35-minute budget. What they
+# add over the cases CI keeps is covered elsewhere: vLLM at the 32-episode batch (evaluate[vllm]),
+# a Ray worker training on vLLM (test_backend_ray), hf training + held-out eval (test_quickstart).
+ALL_PATHS = os.environ.get("PETTINGLLMS_ALL_PATHS") == "1"
+_ALL_ONLY = pytest.mark.skipif(not ALL_PATHS, reason="costly path case: PETTINGLLMS_ALL_PATHS=1 runs it")
 
 
 def _env(**extra) -> dict:
@@ -106,6 +112,7 @@ def _same_count(phase: str, engine: str, n: int) -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["local", "ray"])
 @pytest.mark.parametrize("engine", ENGINES)
+@_ALL_ONLY
 def test_training_step_then_held_out_evaluation(engine, backend, tmp_path, request):
     if engine == "hf" and backend == "local":
         pytest.skip("tests/test_quickstart.py runs it")
@@ -124,7 +131,7 @@ def test_training_step_then_held_out_evaluation(engine, backend, tmp_path, reque
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("engine", ENGINES + ["openai"])
+@pytest.mark.parametrize("engine", [pytest.param("hf", marks=_ALL_ONLY), *ENGINES[1:], "openai"])
 def test_evaluate(engine, tmp_path, request):
     out = tmp_path / "eval.json"
     _run([sys.executable, "-m", "pettingllms.evaluate", "--config-name", "math_L1_prompt", "model=embedded",

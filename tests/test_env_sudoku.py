@@ -191,7 +191,9 @@ def test_every_size_has_unique_puzzles_and_the_gold_answer_solves_them(size):
     from pettingllms.envs.sudoku.data import PRESETS, SIZES
 
     box_h, box_w, lo, hi = SIZES[size]
-    for preset, (low, high) in ((str(size), (lo, hi)), (f"{size}_easy", (1, 2))):
+    # 16x16 at full difficulty: proving a puzzle unique takes ~7 min here, so only its easy preset
+    presets = ((str(size), (lo, hi)),) if size != 16 else ()
+    for preset, (low, high) in (*presets, (f"{size}_easy", (1, 2))):
         row = make_row(5, PRESETS[preset])
         puzzle, solution = json.loads(row["puzzle"]), json.loads(row["solution"])
         assert (row["size"], row["box_h"], row["box_w"]) == (size, box_h, box_w) and low <= row["blanks"] <= high
@@ -225,7 +227,7 @@ def test_map_size_picks_that_sides_data_and_bad_sizes_are_one_line(tmp_path):
     from pettingllms.errors import ConfigError
     from pettingllms.trainer.components import data_name, load_problems
 
-    base = ["env.name=sudoku", f"env.data_root={tmp_path}", "env.data=sudoku_easy"]
+    base = ["env.name=sudoku", "~env.options", f"env.data_root={tmp_path}", "env.data=sudoku_easy"]
     cfg = load_config("tiny_test", base + ["env.map_size=6"])
     assert data_name(cfg) == "sudoku_6_easy"
     rows = load_problems(cfg, "test", limit=5)
