@@ -1,7 +1,8 @@
-"""Build datasets/code/{train,test}.parquet (HumanEval + CodeI/O offline; APPS,
-CodeContests, LiveCodeBench too when the HF hub is reachable).
+"""Build datasets/code/{train,test}.parquet (HumanEval + CodeI/O offline; APPS train/test,
+CodeContests train/test and LiveCodeBench v6 test from the HF hub or a local copy of its files).
 
     .venv/bin/python scripts/dataprocess/load_code.py [--out datasets/code] [--seed 0] [--offline]
+        [--hub-dir DIR]   # DIR/<owner>/<name>/<file>, e.g. DIR/codeparrot/apps/test.jsonl
 """
 from __future__ import annotations
 
@@ -19,10 +20,13 @@ def main() -> None:
     ap.add_argument("--offline", action="store_true", help="never try the HF hub")
     ap.add_argument("--io-tasks", type=int, default=120, help="CodeI/O stdin/stdout tasks")
     ap.add_argument("--humaneval-limit", type=int, default=None)
+    ap.add_argument("--hub-dir", default=None, help="local copies of hub files, used before the hub "
+                                                    "(default: $PETTINGLLMS_HUB_DIR)")
     args = ap.parse_args()
     try:
         report = build(args.out, seed=args.seed, offline=True if args.offline else None,
-                       io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit)
+                       io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit,
+                       hub_dir=args.hub_dir)
     except ValueError as e:  # ConfigError, e.g. --out already holds a split: one line
         raise SystemExit(f"load_code: {e}") from None
     print(json.dumps(report, indent=2))

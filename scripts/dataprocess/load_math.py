@@ -3,6 +3,8 @@
     python scripts/dataprocess/load_math.py                        # datasets/math (hub if reachable)
     python scripts/dataprocess/load_math.py --preset math_easy     # the quick start's arithmetic
     python scripts/dataprocess/load_math.py --offline --sources gsm8k champ --out /tmp/m
+    python scripts/dataprocess/load_math.py --preset math_published   # POLARIS, DAPO, AIME 1983-2024
+    python scripts/dataprocess/load_math.py --preset polaris --hub-dir /data/hub   # local hub files
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import argparse
 import json
 import sys
 
-from pettingllms.envs.math.data import PRESETS, build
+from pettingllms.envs.math.data import PRESETS, SOURCES, build
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="output folder (default: datasets/<preset>)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sources", nargs="+", default=None,
-                    help="override the preset's sources: easy reasoning_gym champ gsm8k aime24 "
-                         "aime25 olympiadbench")
+                    help=f"override the preset's sources: {' '.join(SOURCES)}")
+    ap.add_argument("--hub-dir", default=None,
+                    help="local copies of hub files as <dir>/<owner>/<name>/<file>, used before the hub "
+                         "(default: $PETTINGLLMS_HUB_DIR)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--offline", dest="offline", action="store_true", default=None,
                       help="never touch the hub")
@@ -30,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         report = build(args.out or f"datasets/{args.preset}", seed=args.seed, offline=args.offline,
-                       preset=args.preset, sources=args.sources)
+                       preset=args.preset, sources=args.sources, hub_dir=args.hub_dir)
     except (ValueError, RuntimeError) as e:
         print(f"load_math: {e}", file=sys.stderr)
         return 2

