@@ -41,6 +41,30 @@ def test_compose_problems_by_hand():
     assert len(AutoEvolMixedEnv.compose_problems({}, "train", 4, _fake_load)) == 4
 
 
+def test_apps_share_of_the_code_rows_by_hand(caplog):
+    def load(name, split):
+        if name == "math":
+            return [{"id": str(i), "source": "polaris"} for i in range(20)]
+        return ([{"id": f"a{i}", "source": "apps"} for i in range(14)] +
+                [{"id": f"c{i}", "source": "code_contests"} for i in range(3)])
+    rows = AutoEvolMixedEnv.compose_problems({"math_ratio": 0.5, "apps_ratio": 0.7}, "train", None, load)
+    code = [r["id"] for r in rows if r["task"] == "code"]
+    assert code == [f"code/a{i}" for i in range(7)] + ["code/c0", "code/c1", "code/c2"]  # 7 / 10 = 0.7, APPS first
+    assert sum(r["task"] == "math" for r in rows) == 10
+    test = AutoEvolMixedEnv.compose_problems({"apps_ratio": 0.7}, "test", None, load)
+    assert sum(r["task"] == "code" for r in test) == 17  # the test split stays whole
+
+    def offline(name, split):  # a code data set built without the hub: no APPS rows
+        return [{"id": "0", "source": "humaneval"}, {"id": "1", "source": "codeio"}] if name == "code" else \
+            [{"id": "m", "source": "easy_add1"}]
+    with caplog.at_level("WARNING"):
+        rows = AutoEvolMixedEnv.compose_problems({"math_ratio": 0.5, "apps_ratio": 0.7}, "train", None, offline)
+    assert [r["id"] for r in rows] == ["math/m", "code/0"]
+    assert "has no APPS rows" in caplog.text and "1 codeio, 1 humaneval" in caplog.text
+    with pytest.raises(ValueError, match="must be in"):
+        make_env("autoevol_mixed", apps_ratio=2.0)
+
+
 def test_each_problem_is_graded_by_its_family():
     env = make_env("autoevol_mixed", math_ratio=0.5)
     env.reset({"id": "m", "task": "math", "question": "1+1?", "answer": "2"}, seed=0)
@@ -78,7 +102,8 @@ def test_published_recipe_composes_on_the_mixed_env():
     r = subprocess.run(["bash", "scripts/train/autoeval/example_cotrain_autoeval.sh", "--dry-run"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
-    for line in ("path: Qwen/Qwen3-1.7B", "name: autoevol_mixed", "math_ratio: 0.5", "designs: 4",
+    for line in ("path: Qwen/Qwen3-1.7B", "name: autoevol_mixed", "math_ratio: 0.5", "apps_ratio: 0.7",
+                 "math_data: polaris", "designs: 4",
                  "executions: 4", "executor_group: question", "max_prompt_tokens: 8192",
                  "max_new_tokens: 8192", "batch_size: 8", "total_steps: 400", "designer: 1.0e-09",
                  "executor: 5.0e-06", "swap_every: 10", "design_format: workflow", "reward: published",
