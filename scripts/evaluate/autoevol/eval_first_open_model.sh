@@ -24,7 +24,9 @@ if [ -z "${MODEL:-}" ]; then
     echo "the hub does not answer: evaluating the embedded model $MODEL, not $RELEASED (set MODEL=<folder> for a local copy)" >&2
   fi
 fi
-case "$MODEL" in *[Mm]eta[Aa]gent-[Xx]*) DESIGN_FORMAT="${DESIGN_FORMAT:-workflow}" ;; esac
-set -- "mas.design_format=${DESIGN_FORMAT:-pettingllms}" "$@"
+# DESIGN_FORMAT unset: read from the model folder (a marker in its config, model card or chat
+# template), else from its name (pettingllms/mas/design_format.py); the reason goes to stderr.
+DESIGN_FORMAT="${DESIGN_FORMAT:-$("$PYTHON" -m pettingllms.mas.design_format "$MODEL")}"
+set -- "mas.design_format=$DESIGN_FORMAT" "$@"
 exec "$PYTHON" -m pettingllms.evaluate --config-name "${CONFIG:-autoevol_cotrain}" "model.path=$MODEL" \
   env.options.executions=1 eval.split=test "$@"

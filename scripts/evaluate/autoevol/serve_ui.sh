@@ -24,9 +24,11 @@ cd "$ROOT"
 export HOST="${HOST:-127.0.0.1}" PORT="${PORT:-8899}"
 MODEL="${MODEL:-embedded:smollm2-135m-instruct}"
 # The released MetaAgent-X model (Mercury7353/MetaAgent-X) writes designs in the `workflow` format
-# (docs/metaagent_x.md); DESIGN_FORMAT=workflow|pettingllms sets it for any other model or folder.
-case "$MODEL" in *[Mm]eta[Aa]gent-[Xx]*) DESIGN_FORMAT="${DESIGN_FORMAT:-workflow}" ;; esac
-set -- "mas.design_format=${DESIGN_FORMAT:-pettingllms}" "$@"
+# (docs/metaagent_x.md); DESIGN_FORMAT=workflow|pettingllms sets it for any model or folder.
+# DESIGN_FORMAT unset: read from the model folder (a marker in its config, model card or chat
+# template), else from its name (pettingllms/mas/design_format.py); the reason goes to stderr.
+DESIGN_FORMAT="${DESIGN_FORMAT:-$("$PYTHON" -m pettingllms.mas.design_format "$MODEL")}"
+set -- "mas.design_format=$DESIGN_FORMAT" "$@"
 START_VLLM="${START_VLLM:-auto}"
 VLLM_PORT="${VLLM_PORT:-8000}"
 CHECKPOINT="${CHECKPOINT:-auto}"
