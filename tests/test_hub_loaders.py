@@ -120,7 +120,8 @@ def test_apps_rows_split_and_convert(tmp_path):
     assert test[0]["kind"] == "io" and test[0]["tests"] == [{"input": "3\n", "output": "9\n"},
                                                             {"input": "5\n", "output": "25\n"}]
     cls, fn = test[1], test[2]
-    assert cls["kind"] == fn["kind"] == "function" and cls["entry_point"] == "total" and "Solution().total" in cls["tests"][0]
+    assert cls["kind"] == fn["kind"] == "function" and cls["entry_point"] == "total"
+    assert "Solution().total" in cls["tests"][0] and "rep(" in fn["tests"][0]
     assert "Starter code:" in cls["question"]
     assert _grade(test[0], "n = int(input())\nprint(n * n)") == 1.0
     assert _grade(test[0], "n = int(input())\nprint(n + n)") == 0.0
@@ -165,7 +166,8 @@ def _packed(cases):  # how LiveCodeBench ships private tests
 
 
 def test_livecodebench_stdin_functional_and_private_tests():
-    stdin = code_hub.livecodebench_row(_lcb_record("abc400_a", [{"input": "4\n", "output": "16\n", "testtype": "stdin"}]))
+    stdin = code_hub.livecodebench_row(
+        _lcb_record("abc400_a", [{"input": "4\n", "output": "16\n", "testtype": "stdin"}]))
     assert stdin["kind"] == "io" and stdin["question"].startswith("Problem abc400_a\n\nSee the statement.")
     assert _grade(stdin, "print(int(input()) ** 2)") == 1.0 and _grade(stdin, "print(4)") == 0.0
     fn_cases = [{"input": "[1, 5, 2]\n3", "output": "5", "testtype": "functional"}]
@@ -202,8 +204,11 @@ def test_code_build_takes_the_hub_sets_from_a_local_copy(tmp_path, monkeypatch):
            [_lcb_record("abc400_a", [{"input": "4\n", "output": "16\n", "testtype": "stdin"}])])
     monkeypatch.setattr(code_hub, "APPS_TEST_ROWS", (0, 1))  # row 0 test, rows 1-2 train
     monkeypatch.setattr(code_hub, "APPS_TRAIN_ROWS", (1, 3))
-    report = code_data.build(tmp_path / "code", offline=True, hub_dir=hub, humaneval_limit=1, io_tasks=1,
-                             tests_per_io_task=3)
+    # the offline sets are tested in test_env_code.py; here only the hub sets go in
+    monkeypatch.setattr(code_data, "humaneval_rows", lambda limit: [])
+    monkeypatch.setattr(code_data, "codeio_rows", lambda n, k, seed: ([], {}))
+    monkeypatch.setattr(code_data, "_codeio_file", lambda: "(not read)")  # skips importing reasoning-gym
+    report = code_data.build(tmp_path / "code", offline=True, hub_dir=hub)
     train = pd.read_parquet(tmp_path / "code" / "train.parquet")
     test = pd.read_parquet(tmp_path / "code" / "test.parquet")
     hub_train = sorted(train[train["source"].isin(["apps", "code_contests"])]["id"])

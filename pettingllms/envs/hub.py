@@ -89,13 +89,9 @@ def iter_records(path: str | Path, batch_rows: int = 256) -> Iterator[dict[str, 
         raise ValueError(f"{path}: not a parquet, jsonl or csv file")
 
 
-def records(spec: HubFile, hub_dir: str | Path | None = None, online: bool = True,
-            limit: int | None = None) -> Iterator[dict[str, Any]]:
-    """Rows of every file of `spec` in order (shards sorted by name), at most `limit`."""
-    n = 0
-    for path in hub_paths(spec, hub_dir, online):
-        for row in iter_records(path):
-            if limit is not None and n >= limit:
-                return
-            n += 1
-            yield row
+def open_records(spec: HubFile, hub_dir: str | Path | None = None, online: bool = True
+                 ) -> tuple[Iterator[dict[str, Any]], list[Path]]:
+    """(rows of every file of `spec` in name order, the files). The files are found now, so a
+    missing one raises HubFileMissing here rather than halfway through a loader."""
+    paths = hub_paths(spec, hub_dir, online)
+    return (row for path in paths for row in iter_records(path)), paths

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from pettingllms.envs.code.rows import spread_evenly
-from pettingllms.envs.hub import HubFile, hub_paths, iter_records
+from pettingllms.envs.hub import HubFile, open_records
 
 APPS_FILE = HubFile("codeparrot/apps", "test.jsonl")
 APPS_TEST_ROWS, APPS_TRAIN_ROWS = (0, 500), (500, 4500)
@@ -76,7 +76,8 @@ def _function_row(rid: str, source: str, question: str, starter: str, fn_name: s
                   tests: list[str]) -> Row:
     shown = question.strip() + (f"\n\nStarter code:\n{starter.rstrip()}\n" if starter.strip() else "")
     return {"id": rid, "source": source, "kind": "function", "question": shown, "entry_point": fn_name,
-            "starter": FUNCTION_PREAMBLE, "reference": FUNCTION_PREAMBLE + reference if reference else "", "tests": spread_evenly(tests, MAX_TESTS)}
+            "starter": FUNCTION_PREAMBLE, "reference": FUNCTION_PREAMBLE + reference if reference else "",
+            "tests": spread_evenly(tests, MAX_TESTS)}
 
 
 # --- APPS -------------------------------------------------------------------------------------
@@ -195,8 +196,8 @@ def livecodebench_rows(recs: Iterable[dict], limit: int | None = None) -> list[R
 # --- one place that reads the files -----------------------------------------------------------
 
 def _records(spec: HubFile, hub_dir: str | Path | None, online: bool) -> tuple[Iterator[dict], str]:
-    paths = hub_paths(spec, hub_dir, online)
-    return (r for p in paths for r in iter_records(p)), f"{spec.describe()} ({len(paths)} file(s))"
+    recs, paths = open_records(spec, hub_dir, online)
+    return recs, f"{spec.describe()} ({len(paths)} file(s))"
 
 
 def load(name: str, *, online: bool, hub_dir: str | Path | None = None, limit: int | None = None

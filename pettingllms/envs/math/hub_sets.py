@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pettingllms.envs.hub import HubFile, hub_paths, iter_records
+from pettingllms.envs.hub import HubFile, open_records
 
 HUB_FILES = {
     "polaris": HubFile("POLARIS-Project/Polaris-Dataset-53K", "*.jsonl"),
@@ -87,8 +87,7 @@ def load(name: str, make_row: MakeRow, *, online: bool, hub_dir: str | Path | No
          test_sources: Iterable[str] = ()) -> tuple[list[Row], str]:
     """(train rows, where they came from) of one of HUB_FILES' sets; HubFileMissing when absent."""
     spec = HUB_FILES[name]
-    paths = hub_paths(spec, hub_dir, online)
-    recs = (r for p in paths for r in iter_records(p))
+    recs, paths = open_records(spec, hub_dir, online)
     if name == "polaris":
         rows = polaris_rows(recs, make_row)
     elif name == "dapo_math":
