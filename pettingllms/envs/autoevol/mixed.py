@@ -46,9 +46,9 @@ def apps_share(codes: list[dict[str, Any]], apps_ratio: float, code_data: str) -
     others = [r for r in codes if r.get("source") != "apps"]
     if not apps:
         held = ", ".join(f"{n} {src}" for src, n in sorted(Counter(str(r.get("source")) for r in codes).items()))
-        log.warning("autoevol_mixed: apps_ratio=%s but datasets/%s has no APPS rows (APPS comes from the hub's "
-                    "codeparrot/apps test.jsonl or a local copy under $PETTINGLLMS_HUB_DIR); the code share uses "
-                    "its rows as they are: %s", apps_ratio, code_data, held or "none")
+        log.warning("autoevol_mixed: apps_ratio=%s but the code data set '%s' has no APPS rows (APPS comes "
+                    "from the hub's codeparrot/apps test.jsonl or a local copy under $PETTINGLLMS_HUB_DIR); the "
+                    "code share uses its rows as they are: %s", apps_ratio, code_data, held or "none")
         return codes
     n_apps, n_other = mix_counts(len(apps), len(others), apps_ratio)
     return apps[:n_apps] + others[:n_other]
