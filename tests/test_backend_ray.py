@@ -182,3 +182,53 @@ def test_a_worker_killed_mid_run_is_recreated_and_the_run_equals_an_unfaulted_on
         == [{k: v for k, v in _comparable(m).items() if not k.startswith(skip) and "logprob" not in k} for m in clean]
     time.sleep(2)
     assert not [pid for pid in pids + after if _pid_alive(pid)]
+
+
+@ray.remote(num_cpus=0)
+class _SandboxHolder:
+    """A Ray worker process that starts a long sandboxed program, as a rollout worker's env does."""
+
+    def start(self, backend: str) -> int:
+        import threading
+
+        from pettingllms.sandbox import SandboxLimits, configure_sandbox, run_python
+        from pettingllms.sandbox.isolation import reset_backend
+
+        os.environ["PETTINGLLMS_SANDBOX"] = backend  # "" picks the strongest that works here
+        reset_backend()
+        configure_sandbox(allow_weak=True)
+        limits = SandboxLimits(wall_s=60, cpu_s=60)
+        threading.Thread(target=run_python, args=("import time\ntime.sleep(60)",), kwargs={"limits": limits},
+                         daemon=True).start()
+        return os.getpid()
+
+
+@pytest.mark.parametrize("backend", ["", "subprocess"])
+def test_sandboxed_programs_die_with_a_rollout_worker_killed_by_pid(ray_session, backend):
+    """kill -9 on a Ray worker that runs a sandboxed program leaves no sandbox process behind
+    (bwrap's --die-with-parent; the subprocess backend's parent-death signal), within seconds,
+    not at the program's 60 s wall limit."""
+    import signal
+
+    from pettingllms.utils.procs import alive, descendants
+
+    holder = _SandboxHolder.remote()
+    pid = ray.get(holder.start.remote(backend))
+    deadline, sandboxed = time.monotonic() + 30, []
+    while not any(b"main.py" in _cmdline(p) for p in sandboxed):  # the program, under its launchers
+        assert time.monotonic() < deadline, "the sandboxed program never started"
+        time.sleep(0.1)
+        sandboxed = descendants(pid)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while [p for p in sandboxed if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in sandboxed if alive(p)]
+    assert not left, [_cmdline(p)[:120] for p in left]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -9,6 +9,7 @@ import argparse
 import json
 
 from pettingllms.envs.code.data import build
+from pettingllms.errors import WriteFailed
 
 
 def main() -> None:
@@ -23,7 +24,7 @@ def main() -> None:
     try:
         report = build(args.out, seed=args.seed, offline=True if args.offline else None,
                        io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit)
-    except ValueError as e:  # ConfigError, e.g. --out already holds a split: one line
+    except (ValueError, WriteFailed) as e:  # --out already holds a split, the disk is full: one line
         raise SystemExit(f"load_code: {e}") from None
     print(json.dumps(report, indent=2))
 
