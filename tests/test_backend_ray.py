@@ -215,7 +215,7 @@ def test_sandboxed_programs_die_with_a_rollout_worker_killed_by_pid(ray_session,
     holder = _SandboxHolder.remote()
     pid = ray.get(holder.start.remote(backend))
     deadline, sandboxed = time.monotonic() + 30, []
-    while not any(b"main.py" in _cmdline(p) for p in sandboxed):  # the program, under its launchers
+    while not any(_cmdline(p).endswith(b"main.py\0") for p in sandboxed):  # the program itself, launchers done
         assert time.monotonic() < deadline, "the sandboxed program never started"
         time.sleep(0.1)
         sandboxed = descendants(pid)

@@ -63,15 +63,15 @@ def summarize(steps: list[dict[str, Any]], warmup: int = 20, window: int = 5) ->
     n = len(steps)
     if n < 2:
         raise ValueError(f"a soak needs at least 2 steps, got {n}")
-    warm = warmup if n >= warmup + window else n // 2
-    w = max(1, min(window, warm, n - warm))
+    warm = warmup if n >= warmup + 2 * window else max(1, n // 2)
+    w = max(1, min(window, (n - warm + 1) // 2))  # the two windows do not overlap
     out: dict[str, Any] = {"steps": n, "warmup_step": warm, "window": w, "warmup_cut": warm != warmup}
     ok = True
     for who in ("driver", "workers"):
         for key in ("rss_mb", "fds", "children"):
             series = _series(steps, who, key)
-            start, end = mean(series[max(0, warm - w):warm] or series[:1]), mean(series[-w:])
-            row = {"at_warmup": round(start, 2), "at_end": round(end, 2), "max_after_warmup": max(series[warm:])}
+            start, end = mean(series[warm - 1:warm - 1 + w]), mean(series[-w:])  # series[i] is step i + 1
+            row = {"at_warmup": round(start, 2), "at_end": round(end, 2), "max_after_warmup": max(series[warm - 1:])}
             if key == "rss_mb":
                 row["growth"] = round((end - start) / start, 4) if start else 0.0
                 row["ok"] = row["growth"] < RSS_GROWTH_LIMIT
