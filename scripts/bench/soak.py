@@ -119,6 +119,12 @@ def plot(steps: list[dict[str, Any]], path: Path) -> str:
     return f"plot: {path}"
 
 
+def save(out: Path, steps: list[dict[str, Any]], summary: dict[str, Any] | None = None) -> None:
+    from pettingllms.utils.diskio import write_atomic
+
+    write_atomic(out / "soak.json", json.dumps({"command": sys.argv, "summary": summary, "steps": steps}, indent=1))
+
+
 def run(args: argparse.Namespace, overrides: list[str]) -> list[dict[str, Any]]:
     import ray
 
@@ -142,6 +148,7 @@ def run(args: argparse.Namespace, overrides: list[str]) -> list[dict[str, Any]]:
             steps.append({"step": step, "time_s": round(time.perf_counter() - t0, 2),
                           "driver": sample(os.getpid()), "workers": [sample(p) for p in pids]})
             if step == 1 or step % 10 == 0 or step == args.steps:
+                save(args.out, steps)  # a soak stopped part way keeps what it measured
                 d = steps[-1]["driver"]
                 print(f"step {step} ({steps[-1]['time_s']:.0f}s): driver {d['rss_mb']:.0f} MB {d['fds']} fds "
                       f"{d['children']} children; workers " + ", ".join(
@@ -167,10 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     steps = run(args, overrides)
     summary = summarize(steps, args.warmup, args.window)
-    from pettingllms.utils.diskio import write_atomic
-
-    write_atomic(args.out / "soak.json", json.dumps({"command": sys.argv, "summary": summary, "steps": steps},
-                                                    indent=1))
+    save(args.out, steps, summary)
     print("\n".join(summary_lines(summary)))
     print(f"data: {args.out / 'soak.json'}")
     print(plot(steps, args.out / "soak.png"))
