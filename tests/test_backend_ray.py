@@ -214,11 +214,16 @@ def test_sandboxed_programs_die_with_a_rollout_worker_killed_by_pid(ray_session,
 
     holder = _SandboxHolder.remote()
     pid = ray.get(holder.start.remote(backend))
-    deadline, sandboxed = time.monotonic() + 30, []
-    while not any(_cmdline(p).endswith(b"main.py\0") for p in sandboxed):  # the program itself, launchers done
+    # The program itself (launchers done), running for a second: a start that failed (EAGAIN) is retried
+    # under a new pid, so the first pid seen may not be the one that runs.
+    deadline, seen = time.monotonic() + 30, {}
+    while not [p for p, t in seen.items() if alive(p) and time.monotonic() - t > 1.0]:
         assert time.monotonic() < deadline, "the sandboxed program never started"
         time.sleep(0.1)
-        sandboxed = descendants(pid)
+        for p in descendants(pid):
+            if _cmdline(p).endswith(b"main.py\0"):
+                seen.setdefault(p, time.monotonic())
+    sandboxed = descendants(pid)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while [p for p in sandboxed if alive(p)] and time.monotonic() < deadline:
