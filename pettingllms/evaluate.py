@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pettingllms.cli.app import JobInfo, run_main
 from pettingllms.errors import ConfigError
+from pettingllms.utils.diskio import as_write_failed, write_atomic
 
 
 def _resolve_checkpoint(path: str) -> Path:
@@ -108,11 +109,14 @@ def _evaluate(cfg: DictConfig, job: JobInfo | None = None) -> int:
     refuse_other_settings(out, digest)  # before the (long) evaluation
     result = run_evaluation(cfg)
     result["settings_hash"] = digest
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=float))
     what = result["checkpoint"] or f"base model {result['model']}"
     print(f"{cfg.experiment}: {what}, split {result['split']}, {result['num_problems']} problems")
-    print(format_table([result]))
+    print(format_table([result]), flush=True)  # before the write: a full disk does not lose the numbers
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, json.dumps(result, indent=1, default=float))
+    except OSError as e:
+        raise as_write_failed(out, e) from None
     print(f"results: {out}")
     return 0
 

@@ -137,14 +137,18 @@ def _json_default(o: Any) -> Any:
 
 
 def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
-    """Write records (dataclasses with to_dict, or dicts) one JSON object per line."""
+    """Write records (dataclasses with to_dict, or dicts) one JSON object per line; the file is
+    whole or not there (a failed write raises WriteFailed, pettingllms.utils.diskio)."""
+    from pettingllms.utils.diskio import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            d = row.to_dict() if hasattr(row, "to_dict") else (
-                dataclasses.asdict(row) if dataclasses.is_dataclass(row) else row)
-            f.write(json.dumps(d, default=_json_default, ensure_ascii=False) + "\n")
+    lines = []
+    for row in rows:
+        d = row.to_dict() if hasattr(row, "to_dict") else (
+            dataclasses.asdict(row) if dataclasses.is_dataclass(row) else row)
+        lines.append(json.dumps(d, default=_json_default, ensure_ascii=False) + "\n")
+    write_atomic(path, "".join(lines))
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:

@@ -182,3 +182,76 @@ def test_a_worker_killed_mid_run_is_recreated_and_the_run_equals_an_unfaulted_on
         == [{k: v for k, v in _comparable(m).items() if not k.startswith(skip) and "logprob" not in k} for m in clean]
     time.sleep(2)
     assert not [pid for pid in pids + after if _pid_alive(pid)]
+
+
+@ray.remote(num_cpus=0)
+class _SandboxHolder:
+    """A Ray worker process that starts a long sandboxed program, as a rollout worker's env does."""
+
+    def start(self, backend: str) -> int:
+        import functools
+        import threading
+
+        from pettingllms.sandbox import SandboxLimits, configure_sandbox, run_python
+        from pettingllms.sandbox.isolation import reset_backend
+
+        os.environ["PETTINGLLMS_SANDBOX"] = backend.removesuffix("-same-uid")  # "": the strongest here
+        reset_backend()
+        configure_sandbox(allow_weak=True)
+        limits = SandboxLimits(wall_s=60, cpu_s=60)
+        run, code = run_python, "import time\ntime.sleep(60)"
+        if backend.endswith("-same-uid"):  # as a non-root user has it: under `timeout`, which gets TERM
+            import dataclasses
+
+            from pettingllms.sandbox import sandbox_backend
+            from pettingllms.sandbox.process import run_with
+
+            same_uid = dataclasses.replace(sandbox_backend(), separate_uid=False, setpriv=None)
+            run = functools.partial(run_with, same_uid)
+            code = _STUBBORN  # its own child, both ignoring TERM: timeout's KILL 1 s on takes the group
+        threading.Thread(target=run, args=(code,), kwargs={"limits": limits}, daemon=True).start()
+        return os.getpid()
+
+
+_STUBBORN = """import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.fork()
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("backend", ["", "subprocess", "subprocess-same-uid"])
+def test_sandboxed_programs_die_with_a_rollout_worker_killed_by_pid(ray_session, backend):
+    """kill -9 on a Ray worker that runs a sandboxed program leaves no sandbox process behind
+    (bwrap's --die-with-parent; the subprocess backend's parent-death signal), within seconds,
+    not at the program's 60 s wall limit."""
+    import signal
+
+    from pettingllms.utils.procs import alive, descendants
+
+    holder = _SandboxHolder.remote()
+    pid = ray.get(holder.start.remote(backend))
+    # The program itself (launchers done), running for a second: a start that failed (EAGAIN) is retried
+    # under a new pid, so the first pid seen may not be the one that runs.
+    deadline, seen = time.monotonic() + 30, {}
+    while not [p for p, t in seen.items() if alive(p) and time.monotonic() - t > 1.0]:
+        assert time.monotonic() < deadline, "the sandboxed program never started"
+        time.sleep(0.1)
+        for p in descendants(pid):
+            if _cmdline(p).endswith(b"main.py\0"):
+                seen.setdefault(p, time.monotonic())
+    sandboxed = descendants(pid)
+    assert len(sandboxed) >= (3 if backend.endswith("same-uid") else 1)  # timeout, the program, its child
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while [p for p in sandboxed if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in sandboxed if alive(p)]
+    assert not left, [_cmdline(p)[:120] for p in left]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -331,3 +331,22 @@ def test_launch_switches_uid_in_the_exec_chain_when_setpriv_is_there():
     backend.setpriv = None
     cmd, kwargs = launch.wrap(backend, Lease(), FAST, ["prog"])
     assert kwargs == {"user": Lease.uid, "group": Lease.uid, "extra_groups": []} and cmd[0] == "/p/prlimit"
+
+
+def test_the_program_gets_a_parent_death_signal_after_the_uid_switch():
+    """A rollout worker killed with kill -9 takes its sandboxed programs along: setpriv sets the
+    parent-death signal after the uid switch (a credential change clears it). The behaviour with a
+    real Ray worker: test_backend_ray.py::test_sandboxed_programs_die_with_a_rollout_worker_killed_by_pid."""
+    lease = type("Lease", (), {"uid": 61000})()
+    root = launch.Backend("subprocess", "/usr/bin/python3", True, prlimit="/usr/bin/prlimit",
+                          setpriv="/usr/bin/setpriv", pdeathsig="/usr/bin/setpriv")
+    cmd, kwargs = launch.wrap(root, lease, SandboxLimits(), ["python3", "prog"], "KILL")
+    assert cmd[:7] == ["/usr/bin/setpriv", "--reuid=61000", "--regid=61000", "--clear-groups", "--pdeathsig",
+                       "KILL", "--"] and cmd.count("--pdeathsig") == 1 and not kwargs
+    same_uid = launch.Backend("subprocess", "/usr/bin/python3", False, prlimit="/usr/bin/prlimit",
+                              pdeathsig="/usr/bin/setpriv")
+    cmd, _ = launch.wrap(same_uid, None, SandboxLimits(), ["timeout", "prog"], "TERM")
+    assert cmd[:4] == ["/usr/bin/setpriv", "--pdeathsig", "TERM", "--"] and cmd[-2:] == ["timeout", "prog"]
+    old_setpriv = launch.Backend("subprocess", "/usr/bin/python3", False, prlimit="/usr/bin/prlimit")
+    assert "--pdeathsig" not in launch.wrap(old_setpriv, None, SandboxLimits(), ["prog"], "KILL")[0]
+    assert "--pdeathsig" not in launch.wrap(root, lease, SandboxLimits(), ["bwrap"], None)[0]  # bwrap: its own

@@ -21,7 +21,8 @@ from pettingllms.cli.config_loading import load_config
 from pettingllms.errors import ConfigError
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.local import LocalTrainer
-from pettingllms.trainer.stopping import EXIT_STOPPED, StopRequested, StopSignals, _descendants
+from pettingllms.trainer.stopping import EXIT_STOPPED, StopRequested, StopSignals
+from pettingllms.utils.procs import descendants
 from trainer_fixtures import RandomTokenEngine, trainer_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ def signal_after_two_steps(proc: subprocess.Popen, run: Path, sig: signal.Signal
             time.sleep(0.02)
         assert proc.poll() is None, "the run ended before the signal"
         if children is not None:
-            children += _descendants(proc.pid)
+            children += descendants(proc.pid)
         os.kill(proc.pid, sig)
         return proc.communicate(timeout=60)[0]
     finally:

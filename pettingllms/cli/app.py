@@ -36,7 +36,7 @@ from omegaconf import DictConfig
 from pettingllms.cli.config_loading import (CONFIG_GROUPS, SearchPath, experiment_names, group_options,
                                             load_config, quote, search_path, to_yaml)
 from pettingllms.config.validate import validate
-from pettingllms.errors import ConfigError
+from pettingllms.errors import ConfigError, WriteFailed
 
 EXIT_CONFIG_ERROR = 2
 MAX_PREFLIGHT_JOBS = 256  # a bigger sweep is checked on its first jobs; each job validates again
@@ -291,6 +291,11 @@ class Task:
         except ConfigError as e:  # raised by components checking their own blocks
             print(f"error: {e}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_CONFIG_ERROR) from None
+        except WriteFailed as e:  # a results file on a full disk (training handles its own writes)
+            from pettingllms.trainer.stopping import EXIT_IO_ERROR
+
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_IO_ERROR) from None
 
 
 def _run_hydra(prog: str, cdir: Path, config_name: str, argv: list[str], task: Task) -> int:

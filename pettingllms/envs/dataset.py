@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pettingllms.errors import ConfigError
+from pettingllms.utils.diskio import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, se
     tmp = Path(tempfile.mkdtemp(prefix=f".{data_name}.building-", dir=out.parent))
     try:
         report = module.build(tmp / data_name, seed=seed)
-        (tmp / data_name / BUILD_RECORD).write_text(json.dumps(
+        write_atomic(tmp / data_name / BUILD_RECORD, json.dumps(
             {"version": data_version(module, data_name), "seed": seed, "report": report}, default=str, indent=1))
         if out.is_dir():
             out.rmdir()  # empty (checked above); a non-empty folder makes rename fail, never replaced

@@ -214,10 +214,14 @@ def detect_backend() -> Backend:
         if _backend is None:
             confinement, why_not = probe_confinement(python, prlimit, is_root, setpriv)
             weaker = _weaker(is_root, confinement, confine.landlock_abi() if confinement else 0)
+            pdeathsig = _pdeathsig_setpriv()
+            if pdeathsig is None:
+                weaker.append("a program outlives a worker killed with kill -9 (no setpriv --pdeathsig)")
             why_weak = "" if confinement else f"no bubblewrap ({why_not_bwrap}) and no " \
                 f"Landlock/seccomp ({why_not})"
             _backend = Backend("subprocess", python, is_root, prlimit=prlimit, setpriv=setpriv,
-                               weaker=weaker, confinement=confinement, why_weak=why_weak)
+                               weaker=weaker, confinement=confinement, why_weak=why_weak,
+                               pdeathsig=pdeathsig)
             if confinement:
                 log.warning("pettingllms sandbox: bubblewrap unavailable (%s); using the "
                             "subprocess backend confined by %s, weaker than bwrap in: %s",
@@ -226,6 +230,19 @@ def detect_backend() -> Backend:
             log.warning("pettingllms sandbox: bwrap backend is weaker here: %s",
                         "; ".join(_backend.weaker))
         return _backend
+
+
+def _pdeathsig_setpriv() -> str | None:
+    """util-linux setpriv where it can set a parent-death signal (2.33 and later), else None."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        ok = subprocess.run([path, "--pdeathsig", "KILL", "--", "true"], capture_output=True, timeout=10,
+                            env={"PATH": MIN_PATH}).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return path if ok else None
 
 
 def reset_backend() -> None:

@@ -35,6 +35,7 @@ class Backend:
     setpriv: str | None = None  # path of util-linux setpriv, used to switch to the leased uid
     confinement: str = ""  # subprocess backend: e.g. "Landlock ABI 7 + seccomp"; "" = none
     why_weak: str = ""  # subprocess backend: why neither bwrap nor confinement is in use
+    pdeathsig: str | None = None  # a setpriv with --pdeathsig (util-linux >= 2.33): programs die with their worker
 
     @property
     def contained(self) -> bool:
@@ -145,22 +146,30 @@ def set_rlimits(limits) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
 
-def wrap(backend: Backend, lease: UidLease | None, limits, cmd: list[str]) -> tuple[list[str], dict]:
+def wrap(backend: Backend, lease: UidLease | None, limits, cmd: list[str],
+         death_signal: str | None = None) -> tuple[list[str], dict]:
     """The command line and Popen keyword arguments that run `cmd` under the lease's uid and
     the limits. setpriv and prlimit do both in the child's exec chain; Popen's own user= /
     preexec_fn make CPython fork() the caller instead of vfork(), which copies its page tables
-    and costs several times the program's run when the caller holds a model (GBs resident)."""
+    and costs several times the program's run when the caller holds a model (GBs resident).
+    `death_signal` (e.g. KILL): what the child gets when the thread that started it dies, so a
+    rollout worker killed with kill -9 leaves no program behind; set after the uid switch
+    (a credential change clears it), where setpriv can."""
     kwargs: dict = {}
     if backend.prlimit:
         cmd = rlimit_args(backend.prlimit, limits) + cmd
     else:
         kwargs["preexec_fn"] = lambda: set_rlimits(limits)
+    death = ["--pdeathsig", death_signal] if death_signal and backend.pdeathsig else []
     if lease is not None:  # outermost: the unprivileged uid is the one that sets the limits
         if backend.setpriv:
             cmd = [backend.setpriv, f"--reuid={lease.uid}", f"--regid={lease.uid}",
-                   "--clear-groups", "--"] + cmd
+                   "--clear-groups", *death, "--"] + cmd
+            death = []
         else:
             kwargs.update(user=lease.uid, group=lease.uid, extra_groups=[])
+    if death:
+        cmd = [backend.pdeathsig, *death, "--"] + cmd
     return cmd, kwargs
 
 

@@ -144,6 +144,7 @@ def run_with(backend: launch.Backend, code: str, stdin: str = "",
         os.mkdir(work, 0o700)
         if lease is not None:
             os.chown(work, lease.uid, lease.uid)
+        death = None  # bwrap dies with us by itself (--die-with-parent) and takes the program along
         if backend.kind == "bwrap":
             cmd, cwd = launch.bwrap_command(backend, prog, limits), tmp
             env = {"PATH": launch.MIN_PATH}
@@ -155,10 +156,13 @@ def run_with(backend: launch.Backend, code: str, stdin: str = "",
             if not backend.separate_uid and shutil.which("timeout"):
                 # same uid as us: put a process between us and the program, so
                 # os.kill(os.getppid(), ...) hits `timeout`, not the caller
-                cmd = ["timeout", "-s", "KILL", f"{int(limits.wall_s) + 2}s"] + cmd
+                cmd = ["timeout", "-k", "1", "-s", "KILL", f"{int(limits.wall_s) + 2}s"] + cmd
+            # if this worker dies: the program's launcher is told. `timeout` passes TERM on to the
+            # program's whole process group and sends KILL 1 s later (-k 1); without it, KILL
+            death = "TERM" if cmd[0] == "timeout" else "KILL"
             env = {"PATH": launch.MIN_PATH, "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work,
                    "PYTHONIOENCODING": "utf-8"}
-        cmd, kwargs = launch.wrap(backend, lease, limits, cmd)
+        cmd, kwargs = launch.wrap(backend, lease, limits, cmd, death)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=cwd, env=env, close_fds=True,
                                 start_new_session=True, **kwargs)

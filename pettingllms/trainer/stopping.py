@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from pettingllms.utils.procs import descendants
+
 log = logging.getLogger(__name__)
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a signal with its work kept; resume to go on
@@ -149,31 +151,9 @@ def stop_line(reason: str, step: int, checkpoint: Path | None, hint: str) -> str
     return f"stopped by {reason} after step {step}: checkpoint {checkpoint}; {hint}"
 
 
-def _descendants(pid: int) -> list[int]:
-    """Child processes (recursively) from /proc; empty where there is no /proc."""
-    children: dict[int, list[int]] = {}
-    try:
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                except OSError:
-                    continue
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-    except OSError:
-        return []
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def hard_exit(code: int) -> None:
     """Exit now: kill this process's children (engines, Ray, sandboxes) first, so none is orphaned."""
-    for pid in reversed(_descendants(os.getpid())):
+    for pid in reversed(descendants(os.getpid())):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

@@ -4,12 +4,15 @@ A disk that fills up shows as an OSError (ENOSPC, EDQUOT, EIO...) from Python's 
 torch.save reports it as a RuntimeError from its zip writer ("unexpected pos", "file write
 failed") and safetensors as a SafetensorError ("I/O error: No space left on device");
 `as_write_failed` turns any of them into `WriteFailed` naming the path and the space.
+Whole files (results, dataset splits) go through `write_atomic`: all of it, or the old file (or
+none) and a WriteFailed.
 """
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from pettingllms.errors import WriteFailed
 
@@ -56,9 +59,7 @@ def append_line(path: str | Path, line: str) -> None:
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
         except OSError as e:
             try:
                 os.ftruncate(fd, start)
@@ -67,3 +68,41 @@ def append_line(path: str | Path, line: str) -> None:
             raise as_write_failed(path, e, len(data)) from None
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write a whole file or nothing: into a hidden file beside it, then renamed over it. A failed
+    write removes the partial file, keeps what `path` held before and raises WriteFailed with the
+    bytes needed."""
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, raw)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise as_write_failed(path, e, len(raw)) from None
+
+
+def write_parquet(frame: Any, path: str | Path) -> None:
+    """A pandas DataFrame as a parquet file, whole or not at all (built in memory first, so the
+    bytes needed are known; dataset splits are megabytes)."""
+    import io
+
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    write_atomic(path, buf.getvalue())

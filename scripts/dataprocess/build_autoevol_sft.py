@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from pettingllms.cli.config_loading import load_config
-    from pettingllms.errors import ConfigError
+    from pettingllms.errors import ConfigError, WriteFailed
+    from pettingllms.trainer.stopping import EXIT_IO_ERROR
+    from pettingllms.utils.diskio import write_atomic
     from pettingllms.envs.autoevol import sft_data
     from pettingllms.records import write_jsonl
     from pettingllms.trainer import components as comp
@@ -54,8 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace_problems > 0:
         rows += _traces(cfg, problems[: args.trace_problems], rows, args, report)
     out = Path(args.out)
-    write_jsonl(out / "train.jsonl", rows)
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    try:
+        write_jsonl(out / "train.jsonl", rows)
+    except WriteFailed as e:  # the disk is full...: one line, no half-written file
+        print(f"build_autoevol_sft: {e}", file=sys.stderr)
+        return EXIT_IO_ERROR
+    try:
+        write_atomic(out / "report.json", json.dumps(report, indent=1))
+    except WriteFailed as e:
+        print(f"build_autoevol_sft: {e} (train.jsonl was written)", file=sys.stderr)
+        return EXIT_IO_ERROR
     print(json.dumps(report, indent=1))
     print(f"wrote {len(rows)} rows to {out / 'train.jsonl'}")
     return 0

@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from pettingllms.cli.config_loading import load_config
-    from pettingllms.errors import ConfigError
+    from pettingllms.errors import ConfigError, WriteFailed
+    from pettingllms.trainer.stopping import EXIT_IO_ERROR
+    from pettingllms.utils.diskio import write_atomic
     from pettingllms.envs.grid_cold_start import cold_start_rows
     from pettingllms.records import write_jsonl
     from pettingllms.trainer import components as comp
@@ -49,11 +51,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"build_grid_sft: {e}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    write_jsonl(out / "train.jsonl", rows)
+    try:
+        write_jsonl(out / "train.jsonl", rows)
+    except WriteFailed as e:  # the disk is full...: one line, no half-written file
+        print(f"build_grid_sft: {e}", file=sys.stderr)
+        return EXIT_IO_ERROR
     report = {"synthetic": True, "config": args.config_name, "env": str(cfg.env.name), "data": str(cfg.env.data),
               "model": str(cfg.model.path), "seed": int(cfg.seed), **counts,
               "wall_s": round(time.perf_counter() - t0, 1)}
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    try:
+        write_atomic(out / "report.json", json.dumps(report, indent=1))
+    except WriteFailed as e:
+        print(f"build_grid_sft: {e} (train.jsonl was written)", file=sys.stderr)
+        return EXIT_IO_ERROR
     print(json.dumps(report, indent=1))
     print(f"wrote {len(rows)} rows to {out / 'train.jsonl'}")
     return 0

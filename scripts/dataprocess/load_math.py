@@ -13,6 +13,8 @@ import json
 import sys
 
 from pettingllms.envs.math.data import PRESETS, SOURCES, build
+from pettingllms.errors import WriteFailed
+from pettingllms.trainer.stopping import EXIT_IO_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError) as e:
         print(f"load_math: {e}", file=sys.stderr)
         return 2
+    except WriteFailed as e:  # the disk is full...: one line, no half-written split
+        print(f"load_math: {e}", file=sys.stderr)
+        return EXIT_IO_ERROR
     print(json.dumps(report, indent=2))
     return 0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from pettingllms.envs.code.execution import function_program, outputs_match, solution_program
 from pettingllms.errors import ConfigError
 from pettingllms.sandbox import SandboxLimits, run_many
+from pettingllms.utils.diskio import write_parquet
 
 BUILD_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=1024)
 MAX_REF_TESTS = 10
@@ -98,4 +99,4 @@ def write_split(path: Path, rows: list[dict]) -> None:
     frame = pd.DataFrame([{**r, "tests": json.dumps(r["tests"])} for r in rows],
                          columns=["id", "source", "kind", "question", "entry_point",
                                   "starter", "reference", "tests"])
-    frame.to_parquet(path, index=False)
+    write_parquet(frame, path)

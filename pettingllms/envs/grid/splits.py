@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pettingllms.envs.dataset import new_output_dir
-from pettingllms.errors import ConfigError
+from pettingllms.errors import ConfigError, WriteFailed
+from pettingllms.utils.diskio import write_parquet
 
 # Seeds: train rows use [base, base + SPLIT_SPAN), test rows [base + SPLIT_SPAN, base + 2*SPLIT_SPAN)
 # with base = seed * 2 * SPLIT_SPAN, so the two splits never share a generation seed.
@@ -66,7 +67,7 @@ def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any
                 continue
             seen.add(fingerprint)
             rows.append({"id": f"{env}-{split}-{len(rows)}", "seed": gen_seed, **row})
-        pd.DataFrame(rows).to_parquet(out / f"{split}.parquet", index=False)
+        write_parquet(pd.DataFrame(rows), out / f"{split}.parquet")
         report[split] = {"rows": len(rows), "duplicates_skipped": skipped,
                          "seeds": [split_seed(split, 0, seed), split_seed(split, index - 1, seed)] if index else []}
     return report
@@ -85,7 +86,7 @@ def data_cli(env: str, build: Callable[..., dict[str, Any]], argv: list[str] | N
     sizes = {k: v for k, v in (("n_train", args.n_train), ("n_test", args.n_test)) if v is not None}
     try:
         report = build(args.out, seed=args.seed, **sizes)
-    except ConfigError as e:  # e.g. --out already holds a split: one line, no traceback
+    except (ConfigError, WriteFailed) as e:  # --out already holds a split, the disk is full: one line
         raise SystemExit(f"load_{env}: {e}") from None
     print(json.dumps(report, indent=2, default=str))
     return report

@@ -39,6 +39,7 @@ from pettingllms.envs.dataset import new_output_dir
 from pettingllms.envs.hub import HubFileMissing
 from pettingllms.envs.math import hub_sets
 from pettingllms.envs.math.verify import as_number, is_safe_to_parse
+from pettingllms.utils.diskio import write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +357,7 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
         raise RuntimeError("math data: duplicate ids")
     columns = ["id", "question", "answer", "source", "level"]
     for split, rows in (("train", train), ("test", test)):
-        pd.DataFrame(rows, columns=columns).to_parquet(out_dir / f"{split}.parquet", index=False)
+        write_parquet(pd.DataFrame(rows, columns=columns), out_dir / f"{split}.parquet")
     report["rows"] = {split: _count(rows) for split, rows in (("train", train), ("test", test))}
     report["out_dir"] = str(out_dir)
     return report
