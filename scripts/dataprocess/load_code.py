@@ -26,14 +26,9 @@ def main() -> None:
     args = ap.parse_args()
     try:
         report = build(args.out, seed=args.seed, offline=True if args.offline else None,
-<<<<<<< HEAD
                        io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit,
                        hub_dir=args.hub_dir)
-    except ValueError as e:  # ConfigError, e.g. --out already holds a split: one line
-=======
-                       io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit)
     except (ValueError, WriteFailed) as e:  # --out already holds a split, the disk is full: one line
->>>>>>> faults
         raise SystemExit(f"load_code: {e}") from None
     print(json.dumps(report, indent=2))
 
