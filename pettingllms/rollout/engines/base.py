@@ -90,8 +90,9 @@ def prompt_ids(tok: Any, request: GenerationRequest, max_prompt_tokens: int) -> 
         raise ValueError(f"request {request.request_id!r}: messages must be a non-empty list of "
                          "{'role': str, 'content': str or a list of parts}")
     if any(isinstance(m["content"], list) for m in messages):
-        raise ValueError(f"request {request.request_id!r} has image parts, but this model is not a "
-                         "vision-language model (use one, e.g. model.path=tiny:vl)")
+        raise ValueError(f"request {request.request_id!r} has image parts, which this engine does not take "
+                         "for this model: use a vision-language model (e.g. model.path=tiny:vl) on "
+                         "rollout.engine=hf")
     if tok.chat_template:
         text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
     else:  # base models without a chat template: a plain transcript
