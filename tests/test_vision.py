@@ -166,6 +166,35 @@ def test_training_logprobs_and_update_on_pixel_inputs(completions):
     assert any(not torch.equal(p, text[n]) for n, p in worker.model.named_parameters() if n in text)
 
 
+def test_lora_update_on_pixel_inputs_syncs_to_the_engine(engine, completions):
+    """LoRA on the language model only; the adapter reaches the engine, whose logprobs then equal
+    the trainer's on the same image prompts."""
+    from pettingllms.config.schema import LoraConfig
+    from pettingllms.policies.mapping import PolicySpec
+    from pettingllms.policies.worker import PolicyWorker
+    from pettingllms.trainer.assemble import worker_settings
+
+    cfg = load_config("tiny_test", ["model=tiny_vl", "algorithm.kl_coef=0"])
+    lora = LoraConfig(enabled=True, rank=4, alpha=8)
+    worker = PolicyWorker(PolicySpec(name="p", base="tiny:vl", lora=lora, lr=5e-2, weight_decay=0.0),
+                          worker_settings(cfg, "cpu"))
+    worker.temperature = 1.0
+    adapted = [n for n, _ in worker.model.named_parameters() if "lora_A" in n]
+    assert adapted and not any("visual" in n for n in adapted)
+    samples = _samples(completions)
+    assert worker.update(samples, step=1)["grad_norm"] > 0
+    engine.update_weights(worker.weight_update())
+    requests, _ = completions
+    outs = engine.generate([GenerationRequest(messages=r.messages, policy="p", request_id=r.request_id,
+                                              params=SamplingParams(n=1, max_new_tokens=4, seed=5))
+                            for r in requests[:2]])
+    fresh = [Sample(agent="a", turn=0, problem_id="x", episode_id="e", prompt_ids=c.prompt_ids,
+                    response_ids=c.response_ids, logprobs=c.logprobs, images=message_images(r.messages))
+             for r, (c,) in zip(requests, outs)]
+    for s, lp in zip(fresh, worker.logprobs(fresh)):
+        assert max(abs(a - b) for a, b in zip(lp, s.logprobs)) < 1e-4
+
+
 def test_trajectories_store_each_image_once_by_hash(tmp_path, completions):
     samples = _samples(completions)
     episodes = [Episode(problem_id="p", episode_id="e", env="plan_path_vision", samples=samples)]
@@ -189,8 +218,9 @@ def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path):
     def run(name, *extra, max_steps=None):
         cfg = load_config("vision_L1_prompt", [
             "model=tiny_vl", "env=plan_path_vision", "env.max_turns=1", "env.train_limit=4", "env.test_limit=2",
-            "rollout.batch_size=2", "rollout.k=2", "rollout.sampling.max_new_tokens=6", "rollout.sampling.temperature=1.0",
-            "reward.local_weight=1.0", "trainer.total_steps=2", "trainer.deterministic=true", "trainer.validation.val_freq=0",
+            "rollout.batch_size=2", "rollout.k=2", "rollout.sampling.max_new_tokens=6",
+            "rollout.sampling.temperature=1.0", "reward.local_weight=1.0", "trainer.total_steps=2",
+            "trainer.deterministic=true", "trainer.validation.val_freq=0",
             "trainer.logging.progress_bar=false", f"trainer.output_dir={tmp_path}", f"trainer.run_name={name}",
             f"env.data_root={tmp_path / 'data'}", "env.data=plan_path_easy", "trainer.optim.warmup_steps=0",
             "trainer.optim.lr=0.05", *extra])
@@ -204,6 +234,7 @@ def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path):
         return {k: v for k, v in m.items() if not k.startswith(("timing/", "time/", "tokens/generated_per_s"))
                 and not k.endswith("_s")}
 
+    (tmp_path / "data").mkdir()
     full, run_dir = run("full")
     assert [m["step"] for m in full] == [1, 2]
     images = list((run_dir / "trajectories" / "images").iterdir())
@@ -212,3 +243,22 @@ def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path):
     assert [p.name for _, p in ckpt_io.list_checkpoints(split_dir)] == ["step_000001"]
     resumed, _ = run("split", "trainer.checkpoint.save_freq=1", "trainer.checkpoint.resume=auto")
     assert comparable(resumed[-1]) == comparable(full[1])
+
+
+def test_openai_messages_send_images_as_data_urls():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from pettingllms.utils.vision import openai_messages
+
+    msgs = _env("sokoban_vision", SOKO).observation("plan")
+    wire = openai_messages(msgs)
+    json.dumps(wire)  # serialisable as the client sends it
+    image_part, text_part = wire[1]["content"]
+    assert wire[0] == msgs[0] and text_part == msgs[1]["content"][1]
+    url = image_part["image_url"]["url"]
+    assert image_part["type"] == "image_url" and url.startswith("data:image/png;base64,")
+    back = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert back.convert("RGB").tobytes() == msgs[1]["content"][0]["image"].tobytes()

@@ -76,14 +76,26 @@ def as_pil(image: Any) -> Any:
     raise ValueError(f"an image part holds {type(image).__name__}, not a PIL image or an array")
 
 
-def text_only(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """The chat with image parts dropped and text parts joined (for text-only models)."""
+def openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The chat in OpenAI's wire format: image parts become PNG data URLs (`image_url` parts)."""
+    import base64
+    import io
+
     out = []
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
-            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-        out.append({"role": m.get("role"), "content": content})
+            parts = []
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type") == "image":
+                    buf = io.BytesIO()
+                    as_pil(part.get("image")).save(buf, format="PNG")
+                    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+                    parts.append({"type": "image_url", "image_url": {"url": url}})
+                else:
+                    parts.append(dict(part))
+            content = parts
+        out.append({**dict(m), "content": content})
     return out
 
 
@@ -111,7 +123,8 @@ class VisionProcessor:
 
     def encode(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[Any], dict[str, torch.Tensor]]:
         images = message_images(messages)
-        text = self.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False,
+                                                  add_generation_prompt=True)
         if text.count(self.image_token) != len(images):
             raise ValueError(f"the chat template wrote {text.count(self.image_token)} image tokens for "
                              f"{len(images)} image parts")
