@@ -245,3 +245,32 @@ def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path):
     again, run_dir2 = run("ignored", f"trainer.checkpoint.resume={ckpt_io.checkpoint_dir(run_dir, 1)}")
     assert run_dir2 == run_dir and [m["step"] for m in again] == [1, 2]
     assert comparable(again[1]) == comparable(full[1])
+
+
+def test_openai_messages_send_images_as_data_urls():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from pettingllms.utils.vision import openai_messages
+
+    msgs = _env("sokoban_vision", SOKO).observation("plan")
+    wire = openai_messages(msgs)
+    json.dumps(wire)  # serialisable as the client sends it
+    image_part, text_part = wire[1]["content"]
+    assert wire[0] == msgs[0] and text_part == msgs[1]["content"][1]
+    url = image_part["image_url"]["url"]
+    assert image_part["type"] == "image_url" and url.startswith("data:image/png;base64,")
+    back = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert back.convert("RGB").tobytes() == msgs[1]["content"][0]["image"].tobytes()
+
+
+def test_vision_env_options_are_checked():
+    from pettingllms.config.checks import env_option_names
+    from pettingllms.envs import ENV_REGISTRY
+
+    assert {"image_cell", "step_penalty"} <= env_option_names(ENV_REGISTRY["sokoban_vision"])
+    assert make_env("plan_path_vision", max_turns=1, image_cell=12).image_cell == 12
+    with pytest.raises(ValueError, match="image_cell"):
+        make_env("plan_path_vision", max_turns=1, image_cell=4)

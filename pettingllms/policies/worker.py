@@ -170,14 +170,11 @@ class PolicyWorker:
     def _pixels(self, samples: Sequence[Sample]) -> dict[str, Tensor]:
         """pixel_values / image_grid_thw of the samples' images, in row order ({} without images)."""
         images = [im for s in samples for im in s.images]
+        if images and (not is_vision_config(self.model.config) or any(isinstance(im, str) for im in images)):
+            raise ValueError(f"policy {self.name!r}: samples carry images, but {self.spec.base} is not a vision-"
+                             "language model or they are hashes read back from a trajectory file")
         if not images:
             return {}
-        if not is_vision_config(self.model.config):
-            raise ValueError(f"policy {self.name!r}: samples carry images but {self.spec.base} is not a "
-                             "vision-language model")
-        if any(isinstance(im, str) for im in images):
-            raise ValueError(f"policy {self.name!r}: samples carry image hashes, not images (read back "
-                             "from a trajectory file); load the images before training on them")
         if self._processor is None:
             self._processor = load_processor(self.spec.base)
         return self._processor.pixel_inputs(images)

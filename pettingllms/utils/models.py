@@ -7,7 +7,7 @@ Accepted paths:
   tiny:<name>                     a tiny randomly initialised Llama (deterministic per name) with
                                   the embedded tokenizer, for tests and smoke runs.
   tiny:vl, tiny:vl-<name>         a tiny random Qwen2.5-VL with a processor built offline
-                                  (pettingllms.utils.vision).
+                                  (pettingllms.utils.tiny_vl).
   /a/local/folder                 any local HF model folder.
   org/model                       a hub id: taken from the local HF cache, downloaded only when
                                   online (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE unset).
@@ -227,7 +227,7 @@ def _tiny_folder_name(name: str) -> str:
 def _build_tiny(name: str, out: Path) -> None:
     tokenizer = load_tokenizer(str(_tokenizer_folder()))
     if name == "vl" or name.startswith("vl-"):
-        from pettingllms.utils.vision import build_tiny_vl
+        from pettingllms.utils.tiny_vl import build_tiny_vl
 
         build_tiny_vl(out, tokenizer, _tiny_seed(name))
         return
