@@ -13,6 +13,7 @@ serialise to JSONL for traces.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -68,13 +69,10 @@ class Sample:
     images: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        images, self.images = self.images, []  # asdict would deep-copy the pictures
-        try:
-            d = dataclasses.asdict(self)
-        finally:
-            self.images = images
+        # field by field (as asdict does) but images by hash: asdict would deep-copy the pictures
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "images"}
         d["group_key"] = list(self.group_key)
-        d["images"] = [im if isinstance(im, str) else image_hash(im) for im in images]
+        d["images"] = [im if isinstance(im, str) else image_hash(im) for im in self.images]
         return d
 
     @classmethod
@@ -113,12 +111,11 @@ class Episode:
     problem: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        samples, self.samples = self.samples, []
-        try:
-            d = dataclasses.asdict(self)
-        finally:
-            self.samples = samples
-        d["samples"] = [s.to_dict() for s in samples]
+        d = {}
+        for f in dataclasses.fields(self):  # as asdict, but samples by their own to_dict
+            value = getattr(self, f.name)
+            d[f.name] = ([s.to_dict() for s in value] if f.name == "samples" else
+                         dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value))
         return d
 
     @classmethod
