@@ -2,7 +2,6 @@
 vision grid envs, the HF engine on pixel inputs, and training (logprobs, PPO update) on them."""
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest

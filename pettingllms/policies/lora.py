@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from pettingllms.config.schema import LoraConfig
-from pettingllms.utils.vision import is_vision_config
 from pettingllms.rollout.engines.weights import (ADAPTER_WEIGHTS, LoraFactor, WeightUpdate, plain_peft_config,
                                                  write_adapter)
+from pettingllms.utils.vision import is_vision_config
 
 
 def _peft_config(lora: LoraConfig, vision: bool = False):
