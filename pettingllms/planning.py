@@ -66,7 +66,7 @@ def model_shape(path: str, lora_specs: list[tuple[int, tuple[str, ...]]]) -> Opt
     """The model's shape from its config.json, or None where that is not on this machine (a
     hub id never downloaded: the plan does not download)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     from pettingllms.utils.models import resolve_model_path
 
@@ -75,10 +75,12 @@ def model_shape(path: str, lora_specs: list[tuple[int, tuple[str, ...]]]) -> Opt
         conf = AutoConfig.from_pretrained(local, local_files_only=True)
     except (OSError, ValueError):
         return None
+    vision = getattr(conf, "vision_config", None) is not None  # a VLM: its tower counts, adapters skip it
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(conf)
+        model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_config(conf)
     params = sum(p.numel() for p in model.parameters())
-    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    linears = [(n, m) for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and not (vision and ".visual." in f".{n}.")]
     lora = {}
     for rank, targets in lora_specs:
         lora[(rank, targets)] = sum(rank * (m.in_features + m.out_features) for n, m in linears

@@ -13,13 +13,33 @@ serialise to JSONL for traces.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Literal, TypedDict, Union
 
 GroupKey = tuple  # e.g. ("gsm8k-17", 0, "tool"); fields chosen by algorithm.group_by
+
+
+class TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(TypedDict):
+    type: Literal["image"]
+    image: Any  # a PIL image or an HxWx3 uint8 array
+
+
+ContentPart = Union[TextPart, ImagePart]
+
+
+class Message(TypedDict):
+    """One chat message: text, or parts (images for vision-language models)."""
+    role: str
+    content: Union[str, list[ContentPart]]
 
 
 @dataclass
@@ -44,10 +64,15 @@ class Sample:
     reward: float = 0.0
     advantage: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    # the prompt's images in order (PIL images; their hashes once written to or read from JSONL,
+    # where each image is a file: see `save_images`)
+    images: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        # field by field (as asdict does) but images by hash: asdict would deep-copy the pictures
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "images"}
         d["group_key"] = list(self.group_key)
+        d["images"] = [im if isinstance(im, str) else image_hash(im) for im in self.images]
         return d
 
     @classmethod
@@ -86,8 +111,11 @@ class Episode:
     problem: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["samples"] = [s.to_dict() for s in self.samples]
+        d = {}
+        for f in dataclasses.fields(self):  # as asdict, but samples by their own to_dict
+            value = getattr(self, f.name)
+            d[f.name] = ([s.to_dict() for s in value] if f.name == "samples" else
+                         dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value))
         return d
 
     @classmethod
@@ -134,6 +162,29 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, (set, tuple)):
         return list(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def image_hash(image: Any) -> str:
+    from pettingllms.utils.vision import image_hash as content_hash
+    return content_hash(image)
+
+
+def save_images(folder: str | Path, episodes: Iterable[Episode]) -> int:
+    """Write each distinct image of the episodes' samples once, as `<hash>.png` in `folder` (the
+    JSONL names them by hash); returns how many files were written."""
+    folder, written, seen = Path(folder), 0, set()
+    for episode in episodes:
+        for s in episode.samples:
+            for im in s.images:
+                if isinstance(im, str) or (h := image_hash(im)) in seen:
+                    continue
+                seen.add(h)
+                path = folder / f"{h}.png"
+                if not path.exists():
+                    folder.mkdir(parents=True, exist_ok=True)
+                    im.save(path, format="PNG")
+                    written += 1
+    return written
 
 
 def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:

@@ -30,6 +30,9 @@ class ModelConfig:
     train_dtype: str = "float32"  # trainable weights (full fine-tuning master copy / adapters)
     lora: LoraConfig = field(default_factory=LoraConfig)
     gradient_checkpointing: bool = False
+    # vision-language models: the vision tower trains too (full fine-tuning only; LoRA adapts the
+    # language model). Off: the tower stays as loaded.
+    train_vision: bool = False
 
 
 @dataclass

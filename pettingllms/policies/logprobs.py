@@ -44,6 +44,7 @@ class PackedBatch:
     col_idx: Tensor  # [N] its index within the response
     pos_idx: Tensor  # [N] the sequence position whose hidden state predicts it
     shared: Optional["SharedPrompts"] = None  # set when samples repeat a prompt (K candidates)
+    pixels: Optional[dict] = None  # a VLM's pixel_values / image_grid_thw for these rows' images
 
     @property
     def num_tokens(self) -> int:
@@ -309,8 +310,17 @@ def response_logprobs(model: torch.nn.Module, batch: PackedBatch, chunk: int, te
     if batch.shared is not None:
         rows = _shared_prompt_rows(body, batch, device)
     else:
+        extra = {}
+        if batch.pixels:  # a VLM: the multimodal body (vision tower + language model), its positions
+            from pettingllms.utils.vision import rope_positions
+
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            body = base.model
+            extra = {k: v.to(device) for k, v in batch.pixels.items()}
+            extra["position_ids"] = rope_positions(base, batch.input_ids.to(device), batch.attention_mask.to(device),
+                                                   extra["image_grid_thw"])
         out = body(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                   use_cache=False)
+                   use_cache=False, **extra)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
         rows = hidden[batch.row_idx.to(device), batch.pos_idx.to(device)]
     lp, ent = token_logprobs(rows, targets, lm_head, chunk, temperature, softcap, with_entropy)

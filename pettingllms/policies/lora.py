@@ -16,13 +16,17 @@ from torch import Tensor
 from pettingllms.config.schema import LoraConfig
 from pettingllms.rollout.engines.weights import (ADAPTER_WEIGHTS, LoraFactor, WeightUpdate, plain_peft_config,
                                                  write_adapter)
+from pettingllms.utils.vision import is_vision_config
 
 
-def _peft_config(lora: LoraConfig):
+def _peft_config(lora: LoraConfig, vision: bool = False):
     from peft import LoraConfig as PeftLoraConfig
+    # A VLM's vision tower has layers named like the language model's (gate_proj, ...): adapters
+    # go on the language model only.
+    extra = {"exclude_modules": r".*\bvisual\b.*"} if vision else {}
     return PeftLoraConfig(
         r=int(lora.rank), lora_alpha=int(lora.alpha), lora_dropout=float(lora.dropout),
-        target_modules=list(lora.target_modules), bias="none", task_type="CAUSAL_LM")
+        target_modules=list(lora.target_modules), bias="none", task_type="CAUSAL_LM", **extra)
 
 
 def adapter_of(param_name: str) -> str | None:
@@ -52,7 +56,7 @@ class SharedLoraBase:
         from peft import get_peft_model
         if name in self.adapters:
             raise ValueError(f"adapter '{name}' already exists on {self.base_path}")
-        cfg = _peft_config(lora)
+        cfg = _peft_config(lora, is_vision_config(self._base_model.config))
         # Seed adapter init from (seed, name) without disturbing the caller's RNG stream.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))

@@ -19,3 +19,4 @@ class WorkerSettings:
     temperature: float = 0.7  # rollout sampling temperature: logprobs under the sampled distribution
     seed: int = 0  # adapter init and mini-batch order
     device: str = "cpu"  # resolved trainer.device
+    train_vision: bool = False  # model.train_vision: a VLM's vision tower trains (full fine-tuning)

@@ -35,13 +35,15 @@ from pettingllms.policies.training import (BATCH_LOSSES, ROLE_KEYS, adamw_kernel
                                            lr_lambda, mini_batch_plan)
 from pettingllms.records import Sample
 from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
-from pettingllms.utils.models import load_causal_lm, resolve_device, torch_dtype
+from pettingllms.utils.models import load_causal_lm, resolve_device, resolve_model_path, torch_dtype
+from pettingllms.utils.vision import is_vision_config, is_vision_folder, load_processor, load_vision_lm
 
 log = logging.getLogger(__name__)
 
 
 def load_model(path: str, dtype: torch.dtype, device: torch.device | None = None) -> torch.nn.Module:
-    return load_causal_lm(path, dtype, device=str(device or resolve_device("auto")))
+    load = load_vision_lm if is_vision_folder(resolve_model_path(path)) else load_causal_lm
+    return load(path, dtype, device=str(device or resolve_device("auto")))
 
 
 class PolicyWorker:
@@ -62,6 +64,7 @@ class PolicyWorker:
         self._lora_base = lora_base
         self._owns_lora_base = False
         self._offload_dir: Optional[Path] = None
+        self._processor = None  # a VLM's processor: turns samples' images into pixel inputs
         self.model = self.optimizer = self.scheduler = self.ref_model = None
         if spec.is_lora and lora_base is None:
             self._owns_lora_base = True
@@ -78,7 +81,10 @@ class PolicyWorker:
             params = [p for _, p in self._lora_base.adapter_params(self.name)]
         else:
             self.model = load_model(self.spec.base, self.train_dtype, self.device)
-            params = [p for p in self.model.parameters()]
+            # a VLM's vision tower stays frozen unless model.train_vision
+            frozen = "visual." if is_vision_config(self.model.config) and not self.settings.train_vision else None
+            params = [p for n, p in self.model.named_parameters() if not (frozen and frozen in n)]
+            self.model.requires_grad_(False)
             for p in params:
                 p.requires_grad_(True)
             if float(self.algo.kl_coef) > 0:
@@ -161,8 +167,23 @@ class PolicyWorker:
         # checkpointing turns the KV cache off in training, so it keeps the plain rows.
         return not self.settings.gradient_checkpointing
 
+    def _pixels(self, samples: Sequence[Sample]) -> dict[str, Tensor]:
+        """pixel_values / image_grid_thw of the samples' images, in row order ({} without images)."""
+        images = [im for s in samples for im in s.images]
+        if images and (not is_vision_config(self.model.config) or any(isinstance(im, str) for im in images)):
+            raise ValueError(f"policy {self.name!r}: samples carry images, but {self.spec.base} is not a vision-"
+                             "language model or they are hashes read back from a trajectory file")
+        if not images:
+            return {}
+        if self._processor is None:
+            self._processor = load_processor(self.spec.base)
+        return self._processor.pixel_inputs(images)
+
     def _forward(self, samples: Sequence[Sample], with_entropy: bool = False, model=None):
-        batch = pack(samples, self._pad_id(), share=self._share_prompts())
+        pixels = self._pixels(samples)
+        # image prompts run as whole rows: the shared-prompt layout has no pixel inputs
+        batch = pack(samples, self._pad_id(), share=self._share_prompts() and not pixels)
+        batch.pixels = pixels
         with self._autocast():
             lp, ent = response_logprobs(model or self.model, batch, int(self.settings.logprob_chunk),
                                         self.temperature, with_entropy)

@@ -24,6 +24,7 @@ from pettingllms.rollout.engines.base import Completion, GenerationRequest, Roll
 from pettingllms.rollout.strategies import Strategy, get_strategy
 from pettingllms.utils.counters import counted
 from pettingllms.utils.seeding import sampling_seed as derive_seed
+from pettingllms.utils.vision import message_images
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "stop")
 
@@ -204,14 +205,15 @@ class Rollout:
         # order, so thread timing cannot change the outcome.
         branches = list(pool.map(lambda job: self._step_branch(job[0], agent, turn, job[1].text, st), jobs))
         pos = 0
-        for tr, comps in zip(acting, outputs):
+        for tr, req, comps in zip(acting, requests, outputs):
             mine = branches[pos:pos + len(comps)]
             pos += len(comps)
             rng = random.Random(derive_seed(seed, tr.problem_key, tr.index, turn, agent, "commit"))
             chosen = st.strategy.choose([b.reward for b in mine], rng)
             key = group_key(tr.problem_key, turn, agent, st.cfg.group_by)
+            images = message_images(req.messages)
             for i, (c, b) in enumerate(zip(comps, mine)):
-                tr.episode.samples.append(_sample(tr, agent, turn, policy, c, b, key,
+                tr.episode.samples.append(_sample(tr, agent, turn, policy, c, b, key, images,
                                                   candidate=tr.index * n + i, committed=(i == chosen)))
             best = mine[chosen]
             tr.env = best.env
@@ -243,12 +245,12 @@ def check_outputs(requests: list[GenerationRequest], outputs: list[list[Completi
 
 
 def _sample(tr: _Track, agent: str, turn: int, policy: str, c: Completion, b: _Branch,
-            key: tuple, candidate: int, committed: bool) -> Sample:
+            key: tuple, images: list, candidate: int, committed: bool) -> Sample:
     return Sample(
         agent=agent, turn=turn, problem_id=tr.problem_key, episode_id=tr.episode.episode_id,
         prompt_ids=list(c.prompt_ids), response_ids=list(c.response_ids), logprobs=list(c.logprobs),
         text=c.text, finish_reason=c.finish_reason, policy=policy,
         candidate=candidate, committed=committed, group_key=key,
         team_reward=b.team_reward, local_reward=b.local_reward, reward=b.reward,
-        info=dict(b.result.info),
+        info=dict(b.result.info), images=list(images),
     )

@@ -119,7 +119,8 @@ def worker_settings(cfg: DictConfig, device: torch.device | str | None = None) -
         train_dtype=str(cfg.model.train_dtype), gradient_checkpointing=bool(cfg.model.gradient_checkpointing),
         micro_batch_size=int(tr.micro_batch_size), logprob_chunk=int(tr.logprob_chunk),
         total_steps=int(tr.total_steps), temperature=float(cfg.rollout.sampling.temperature),
-        seed=int(cfg.seed), device=str(device if device is not None else resolve_device(str(tr.device))))
+        seed=int(cfg.seed), device=str(device if device is not None else resolve_device(str(tr.device))),
+        train_vision=bool(cfg.model.get("train_vision", False)))
 
 
 def mapping_config(cfg: DictConfig) -> MappingConfig:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pettingllms.config.schema import LoggingConfig
 from pettingllms.errors import ConfigError
-from pettingllms.records import Episode, write_jsonl
+from pettingllms.records import Episode, save_images, write_jsonl
 from pettingllms.trainer import run_folder
 from pettingllms.trainer.loggers import finite
 from pettingllms.utils.diskio import as_write_failed
@@ -136,6 +136,7 @@ class RunOutputs:
     def write_trajectories(self, step: int, episodes: list[Episode]) -> Path:
         path = self.run_dir / "trajectories" / f"step_{step}.jsonl"
         try:
+            save_images(path.parent / "images", episodes)  # each distinct image once, named by hash
             write_jsonl(path, episodes)
         except OSError as e:  # no half-written file: a resumed run writes the step again
             path.unlink(missing_ok=True)

@@ -6,6 +6,8 @@ Accepted paths:
                                   HF folder in the cache (about 20 s), then loaded from there.
   tiny:<name>                     a tiny randomly initialised Llama (deterministic per name) with
                                   the embedded tokenizer, for tests and smoke runs.
+  tiny:vl, tiny:vl-<name>         a tiny random Qwen2.5-VL with a processor built offline
+                                  (pettingllms.utils.tiny_vl).
   /a/local/folder                 any local HF model folder.
   org/model                       a hub id: taken from the local HF cache, downloaded only when
                                   online (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE unset).
@@ -224,6 +226,11 @@ def _tiny_folder_name(name: str) -> str:
 
 def _build_tiny(name: str, out: Path) -> None:
     tokenizer = load_tokenizer(str(_tokenizer_folder()))
+    if name == "vl" or name.startswith("vl-"):
+        from pettingllms.utils.tiny_vl import build_tiny_vl
+
+        build_tiny_vl(out, tokenizer, _tiny_seed(name))
+        return
     _build_tiny_model(_tiny_seed(name), tokenizer).save_pretrained(out)
     tokenizer.save_pretrained(out)
 

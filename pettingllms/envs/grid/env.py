@@ -231,17 +231,13 @@ class GridTaskEnv(MultiAgentEnv):
             text += "\nnotes: " + "; ".join(last["notes"])
         return text
 
-    def observation(self, agent: str) -> list[dict[str, str]]:
+    def observation(self, agent: str) -> list[dict[str, Any]]:
         if agent not in self.agents:
             raise ValueError(f"{self.name}: unknown agent {agent!r}")
         p = self.prompts
         role = "single" if self.single_agent else agent
         fields = self.prompt_fields()
-        state_text = self.render()
-        described = self.describe_state(self.state) if self.state is not None else ""
-        if described:
-            state_text += "\n" + described
-        parts = [p.TASK.format(**fields), f"Current state (turn {self.turn + 1} of {self.max_turns}):\n{state_text}"]
+        parts = [p.TASK.format(**fields), f"Current state (turn {self.turn + 1} of {self.max_turns}):\n{self.state_text()}"]
         if self.history:
             parts.append("Committed so far: " + "; ".join(self.history[-4:]))
         other = {"tool": "plan", "plan": "tool"}[agent]
@@ -256,7 +252,17 @@ class GridTaskEnv(MultiAgentEnv):
         else:
             parts.append(p.ACTION_FORMAT.format(**fields))
         return [{"role": "system", "content": p.ROLE_PROMPTS[role]},
-                {"role": "user", "content": "\n\n".join(parts)}]
+                {"role": "user", "content": self.user_content("\n\n".join(parts))}]
+
+    def state_text(self) -> str:
+        """The state as the prompt shows it: the drawn grid and its key positions in words."""
+        text = self.render()
+        described = self.describe_state(self.state) if self.state is not None else ""
+        return text + "\n" + described if described else text
+
+    def user_content(self, text: str) -> Any:
+        """The user message's content (vision variants add the board's image: envs/grid/vision.py)."""
+        return text
 
     def prompt_fields(self) -> dict[str, Any]:
         """Values for the `{...}` fields of the env's TASK prompt."""

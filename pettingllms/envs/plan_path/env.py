@@ -12,6 +12,7 @@ from typing import Any
 from pettingllms.envs.grid.actions import MOVE_DELTAS
 from pettingllms.envs.grid.env import MoveGridEnv, register_variants
 from pettingllms.envs.grid.render import cell_words, offset_words, render_grid
+from pettingllms.envs.grid.vision import PLAN_PATH_PALETTE, register_vision
 from pettingllms.envs.plan_path import prompts
 from pettingllms.envs.plan_path.game import distances, free, shortest_path
 
@@ -84,3 +85,4 @@ class PlanPathEnv(MoveGridEnv):
 
 
 PlanPathEnvMAS, PlanPathEnvSingle = register_variants("plan_path", PlanPathEnv)
+PlanPathEnvVision = register_vision("plan_path", PlanPathEnvMAS, PLAN_PATH_PALETTE)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pettingllms.envs.grid.env import MoveGridEnv, register_variants
 from pettingllms.envs.grid.render import cell_words, offset_words, render_grid
+from pettingllms.envs.grid.vision import SOKOBAN_PALETTE, register_vision
 from pettingllms.envs.sokoban import prompts
 from pettingllms.envs.sokoban.game import Level, parse_rows, solve, try_move
 
@@ -84,3 +85,4 @@ class SokobanEnv(MoveGridEnv):
 
 
 SokobanEnvMAS, SokobanEnvSingle = register_variants("sokoban", SokobanEnv)
+SokobanEnvVision = register_vision("sokoban", SokobanEnvMAS, SOKOBAN_PALETTE)

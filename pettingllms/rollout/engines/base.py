@@ -29,7 +29,9 @@ class SamplingParams:
 
 @dataclass
 class GenerationRequest:
-    messages: list[dict[str, str]]  # chat messages; the role's system prompt comes first
+    # chat messages; the role's system prompt comes first. Content is a string, or a list of parts
+    # (records.ContentPart: text, or an image for vision-language models)
+    messages: list[dict[str, Any]]
     policy: str = "default"  # which policy (model or adapter) generates
     params: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = ""
@@ -83,10 +85,14 @@ def prompt_ids(tok: Any, request: GenerationRequest, max_prompt_tokens: int) -> 
     """The request's chat messages rendered by the model's chat template, as token ids (left-truncated)."""
     messages = request.messages
     if not isinstance(messages, list) or not messages or not all(
-            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
             for m in messages):
         raise ValueError(f"request {request.request_id!r}: messages must be a non-empty list of "
-                         "{'role': str, 'content': str}")
+                         "{'role': str, 'content': str or a list of parts}")
+    if any(isinstance(m["content"], list) for m in messages):
+        raise ValueError(f"request {request.request_id!r} has image parts, which this engine does not take "
+                         "for this model: use a vision-language model (e.g. model.path=tiny:vl) on "
+                         "rollout.engine=hf")
     if tok.chat_template:
         text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
     else:  # base models without a chat template: a plain transcript

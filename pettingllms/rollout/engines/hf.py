@@ -43,6 +43,8 @@ from pettingllms.rollout.engines.hf_runtime.sampling import sample
 from pettingllms.rollout.engines.weights import LoraFactor, WeightUpdate, full_weights, lora_factors
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
+from pettingllms.utils.vision import (encode_prompt, image_hash, is_vision_folder, load_processor, load_vision_lm,
+                                      rope_positions)
 
 
 def own_memory(model: torch.nn.Module) -> None:
@@ -71,6 +73,7 @@ class _ModelSlot:
     merged: dict[str, LoraFactor] = field(default_factory=dict)  # one policy: live = base + this factor
     released: dict[str, torch.Size] = field(default_factory=dict)  # merged weights freed by sleep()
     aliased: set[str] = field(default_factory=set)  # live tensors that are a trainer's (share_base)
+    processor: Any = None  # a vision-language model's processor (pettingllms.utils.vision)
 
 
 @dataclass
@@ -114,16 +117,18 @@ class HFEngine(RolloutEngine):
         for policy, path in policies.items():
             local = resolve_model_path(path)
             if local not in self._slots:
-                model = load_causal_lm(local, dtype, device)
+                vision = is_vision_folder(local)
+                model = (load_vision_lm if vision else load_causal_lm)(local, dtype, device)
                 model.requires_grad_(False)
                 own_memory(model)
                 pack_linears(model)
-                tokenizer = load_tokenizer(local)
+                processor = load_processor(local) if vision else None
+                tokenizer = processor.tokenizer if vision else load_tokenizer(local)
                 params = dict(model.state_dict(keep_vars=True))
                 kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
                 lean = LeanLlama(model, kernels=cpu_kernels) if lean_forward and LeanLlama.supports(model) else None
                 self._slots[local] = _ModelSlot(local, model, tokenizer, set(eos_token_ids(model, tokenizer)),
-                                                kwarg, params, [], lean=lean)
+                                                kwarg, params, [], lean=lean, processor=processor)
             self._slots[local].policies.append(policy)
             self._policy_slot[policy] = self._slots[local]
 
@@ -287,8 +292,7 @@ class HFEngine(RolloutEngine):
         for policy in dict.fromkeys(r.policy for r in requests):  # policies in first-seen order
             slot = self._slot(policy)
             self._activate(slot, policy)
-            prompts = {i: prompt_ids(slot.tokenizer, r, self.max_prompt_tokens)
-                       for i, r in enumerate(requests) if r.policy == policy}
+            prompts, pixels = self._prompts(slot, {i: r for i, r in enumerate(requests) if r.policy == policy})
             rows = []
             for i in prompts:
                 p = requests[i].params
@@ -297,7 +301,7 @@ class HFEngine(RolloutEngine):
                     rows.append(_Row(i, c, seed, float(p.temperature), int(p.top_k), float(p.top_p),
                                      int(p.max_new_tokens), list(p.stop)))
             for start in range(0, len(rows), self.max_batch_size):
-                self._decode(slot, rows[start:start + self.max_batch_size], prompts)
+                self._decode(slot, rows[start:start + self.max_batch_size], prompts, pixels)
             for row in rows:
                 text = row.text if row.text is not None else slot.tokenizer.decode(row.tokens, skip_special_tokens=True)
                 req = requests[row.request]
@@ -307,27 +311,51 @@ class HFEngine(RolloutEngine):
                     logprobs=row.logprobs, text=text, finish_reason=row.finish or "length"))
         return results
 
+    def _prompts(self, slot: _ModelSlot, requests: dict[int, GenerationRequest]) -> tuple[dict, dict]:
+        """Prompt ids per request and, on a vision model, (image hashes, pixel inputs) per request."""
+        if slot.processor is None:
+            return {i: prompt_ids(slot.tokenizer, r, self.max_prompt_tokens) for i, r in requests.items()}, {}
+        prompts, pixels = {}, {}
+        for i, r in requests.items():
+            ids, images, px = encode_prompt(slot.processor, r.messages, self.max_prompt_tokens, r.request_id)
+            prompts[i], pixels[i] = ids, (tuple(image_hash(im) for im in images), px)
+        return prompts, pixels
+
     # ------------------------------------------------------------ decoding
 
     def _forward(self, slot: _ModelSlot, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: Any) -> torch.Tensor:
+                 cache: Any, pixels: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
         if slot.lean is not None:
             return slot.lean.forward(ids, mask, positions, cache)
         # An all-ones mask is the same as none; passing none lets attention take its fast path.
         out = slot.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask,
                          position_ids=positions, use_cache=True, logits_to_keep=last_position(ids),
-                         **{slot.cache_kwarg: cache})
+                         **{slot.cache_kwarg: cache}, **(pixels or {}))
         return out.logits[:, -1, :].float()
 
+    def _prefill_pixels(self, slot: _ModelSlot, order: list[int], pixels: dict, ids: torch.Tensor,
+                        mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The prefill's pixel inputs (the distinct prompts' images, in row order: each image is
+        encoded once per distinct prompt, so K candidates share one vision encoding) and its
+        [3, B, L] multimodal positions."""
+        parts = [pixels[i][1] for i in order if pixels[i][1]]
+        px = {k: torch.cat([p[k] for p in parts]).to(self.device) for k in ("pixel_values", "image_grid_thw")} \
+            if parts else {}
+        return px, rope_positions(slot.model, ids, mask, px.get("image_grid_thw"))
+
     @torch.inference_mode()
-    def _decode(self, slot: _ModelSlot, rows: list[_Row], prompts: dict[int, list[int]]) -> None:
+    def _decode(self, slot: _ModelSlot, rows: list[_Row], prompts: dict[int, list[int]],
+                pixels: dict | None = None) -> None:
         dev = self.device
         # Prefill each distinct prompt once: a request's n copies, and separate requests with the
-        # same prompt ids (a rollout's K candidates sent as K requests) share its cache rows.
-        first: dict[tuple[int, ...], int] = {}  # prompt ids -> position in `order`
+        # same prompt (ids and images: a rollout's K candidates sent as K requests) share its cache rows.
+        def key_of(i: int) -> tuple:
+            return (tuple(prompts[i]), pixels[i][0] if pixels else ())
+
+        first: dict[tuple, int] = {}  # prompt -> position in `order`
         order: list[int] = []  # one request per distinct prompt, in first-seen order
         for r in rows:
-            key = tuple(prompts[r.request])
+            key = key_of(r.request)
             if key not in first:
                 first[key] = len(order)
                 order.append(r.request)
@@ -338,15 +366,20 @@ class HFEngine(RolloutEngine):
             ids[j, longest - len(prompts[i]):] = torch.tensor(prompts[i])
             mask[j, longest - len(prompts[i]):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        px: dict[str, torch.Tensor] = {}
+        if slot.processor is not None:
+            px, positions = self._prefill_pixels(slot, order, pixels, ids, mask)
+            last = positions.amax(0)  # a prompt ends in text: its three position rows agree there
+        else:
+            positions = last = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = buffered_cache(slot.model.config, longest + max(r.max_new for r in rows))
-        logits = self._forward(slot, ids, mask, positions, cache)
+        logits = self._forward(slot, ids, mask, positions, cache, px)
         # Expand prompts to their n copies: the cache rows are shared, not recomputed.
-        expand = torch.tensor([first[tuple(prompts[r.request])] for r in rows], device=dev)
+        expand = torch.tensor([first[key_of(r.request)] for r in rows], device=dev)
         if len(order) != len(rows) or bool((expand != torch.arange(len(rows), device=dev)).any()):
             cache.batch_select_indices(expand)
             logits, mask = logits[expand], mask[expand]
-        next_pos = positions[expand, -1] + 1
+        next_pos = last[expand, -1] + 1
         uniforms = torch.zeros((len(rows), max(r.max_new for r in rows)))
         for j, r in enumerate(rows):  # each row's own stream: independent of batch composition
             uniforms[j, :r.max_new] = torch.rand(r.max_new, generator=torch.Generator().manual_seed(r.seed))

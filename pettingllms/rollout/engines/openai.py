@@ -1,10 +1,10 @@
 """Rollout engine over any OpenAI-compatible server (`rollout.engine=openai`): `vllm serve`, a
 llama.cpp server, a hosted API, chosen by `rollout.openai.base_url` and model name.
 
-Meant for evaluation and the demo. Chat requests go to /chat/completions with n, temperature,
-top_p, max_tokens, stop, seed and `logprobs: true`; vLLM servers also return the prompt and
-response token ids (`return_token_ids`, a vLLM extension, sent as an extra field that other
-servers ignore). Training needs both the engine's token ids and sampler logprobs, so a training
+Meant for evaluation and the demo. Chat requests (image parts as PNG data URLs) go to
+/chat/completions with n, temperature, top_p, max_tokens, stop, seed and `logprobs: true`; vLLM
+servers also return the prompt and response token ids (`return_token_ids`, a vLLM extension, sent
+as an extra field that other servers ignore). Training needs both the engine's token ids and sampler logprobs, so a training
 run first asks the server once and refuses with one line if either is missing
 (`training_problem`).
 
@@ -26,6 +26,7 @@ from pettingllms.errors import ConfigError
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, check_params
 from pettingllms.rollout.engines.weights import WeightUpdate, write_adapter
 from pettingllms.utils.seeding import derive_seed
+from pettingllms.utils.vision import openai_messages
 
 _PROBE = [{"role": "user", "content": "Say OK."}]
 
@@ -64,7 +65,7 @@ class OpenAIEngine(RolloutEngine):
         if p.top_k > 0:
             extra["top_k"] = int(p.top_k)
         resp = self.client.chat.completions.create(
-            model=self.models[request.policy], messages=[dict(m) for m in request.messages], n=int(p.n),
+            model=self.models[request.policy], messages=openai_messages(request.messages), n=int(p.n),
             temperature=float(p.temperature), top_p=float(p.top_p), max_tokens=int(p.max_new_tokens),
             stop=list(p.stop) or None, seed=int(seed), logprobs=True, extra_body=extra)
         prompt = list(getattr(resp, "prompt_token_ids", None) or [])
