@@ -121,7 +121,7 @@ class EnvConfig:
     map_size: Optional[int] = None
     options: dict[str, Any] = field(default_factory=dict)  # checked by the env's constructor
     # who acts in each turn, in order: agent names, or a list of names that act in parallel (they see
-    # the same state); empty: env.agents one after another. rollout/turns.py
+    # the same state); empty: env.agents one after another (rollout/runner.py turn_groups)
     turn_order: list[Any] = field(default_factory=list)
     parallel: bool = False  # every agent of a turn acts in parallel (the reference's `parallel: true`)
 
