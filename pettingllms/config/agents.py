@@ -1,12 +1,12 @@
-"""The `agents` block read once: each entry a policy name or an `AgentConfig` block, plus the
-sampling each agent runs with (rollout.sampling, its own overrides, and in evaluation
-eval.temperature and its eval overrides). Sampling values are checked here for every block
-that holds them, so `rollout.sampling` and `agents.<name>.sampling` obey one set of rules.
+"""The `agents` block read once: each entry a policy name or an `AgentConfig` block (the policy
+map and the runner read it through `agent_configs`). Sampling values are checked here for every
+block that holds them, so `rollout.sampling` and `agents.<name>.sampling` obey one set of rules;
+how an agent's blocks combine is `RolloutSettings.sampling_for` (rollout/runner.py).
 """
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -78,15 +78,6 @@ def agent_configs(agents: Any) -> dict[str, AgentConfig]:
     return out
 
 
-def agent_policies(agents: Any) -> dict[str, str]:
-    """agent -> policy for the entries that name one (the policy map's `agents`)."""
-    return {name: a.policy for name, a in agent_configs(agents).items() if a.policy is not None}
-
-
-def untrained_agents(agents: Any) -> frozenset[str]:
-    return frozenset(name for name, a in agent_configs(agents).items() if not a.trainable)
-
-
 def sampling_block(sampling: Any) -> dict[str, Any]:
     """A SamplingConfig (or mapping of its fields) as a plain dict of the fields that are set."""
     if isinstance(sampling, (DictConfig, Mapping)):
@@ -94,18 +85,3 @@ def sampling_block(sampling: Any) -> dict[str, Any]:
     else:
         values = {k: getattr(sampling, k) for k in SAMPLING_KEYS if hasattr(sampling, k)}
     return {k: v for k, v in values.items() if k in SAMPLING_KEYS}
-
-
-def agent_sampling(sampling: Any, agents: Any, eval_temperature: Optional[float] = None) -> dict[str, dict[str, Any]]:
-    """agent -> its full sampling block, for the agents whose block differs from `sampling`.
-    Training: rollout.sampling then `agents.<name>.sampling`; evaluation (`eval_temperature`
-    given): that, then eval.temperature, then `agents.<name>.eval_sampling`."""
-    base = sampling_block(sampling)
-    out = {}
-    for name, a in agent_configs(agents).items():
-        mine = {**base, **a.sampling}
-        if eval_temperature is not None:
-            mine = {**mine, "temperature": float(eval_temperature), **a.eval_sampling}
-        if a.sampling or (eval_temperature is not None and a.eval_sampling):
-            out[name] = mine
-    return out

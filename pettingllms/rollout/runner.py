@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from pettingllms.algorithms.grouping import DEFAULT_GROUP_BY, group_key, normalize_group_by
+from pettingllms.config.agents import sampling_block
 from pettingllms.config.schema import AlgorithmConfig, EnvConfig, MasConfig, RewardConfig, RolloutConfig
 from pettingllms.errors import ConfigError
 from pettingllms.envs.base import MultiAgentEnv, StepResult
@@ -28,9 +29,6 @@ from pettingllms.rollout.engines.base import Completion, GenerationRequest, Roll
 from pettingllms.rollout.strategies import Strategy, get_strategy
 from pettingllms.utils.counters import counted
 from pettingllms.utils.seeding import sampling_seed as derive_seed
-
-_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "stop", "min_p", "repetition_penalty",
-                    "enable_thinking")
 
 
 @dataclass(frozen=True)
@@ -113,13 +111,12 @@ class _Settings:
 
 
 def sampling_dict(sampling: Any) -> dict[str, Any]:
-    """A `SamplingConfig` block (or a mapping of its fields) as SamplingParams keyword arguments."""
-    out = {}
-    for name in _SAMPLING_FIELDS:
-        value = sampling.get(name) if isinstance(sampling, Mapping) else getattr(sampling, name, None)
-        if value is not None:
-            out[name] = [str(s) for s in value] if name == "stop" else value
-    return out
+    """A `SamplingConfig` block (or a mapping of its fields) as SamplingParams keyword arguments:
+    the fields that are set (every SamplingConfig field is a SamplingParams field)."""
+    values = {k: v for k, v in sampling_block(sampling).items() if v is not None}
+    if "stop" in values:
+        values["stop"] = [str(s) for s in values["stop"]]
+    return values
 
 
 def turn_groups(turn_order: Sequence[Any], parallel: bool, agents: Sequence[str]) -> tuple[tuple[str, ...], ...]:
