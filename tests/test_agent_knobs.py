@@ -47,7 +47,8 @@ def test_agent_sampling_overrides_rollout_sampling_in_training_and_eval():
     base = cfg.rollout.sampling
     assert (params["proposer"].temperature, params["proposer"].min_p) == (base.temperature, 0.0)
     assert params["proposer"].max_new_tokens == base.max_new_tokens
-    assert (params["finisher"].temperature, params["finisher"].min_p, params["finisher"].max_new_tokens) == (0.2, 0.1, 5)
+    finisher = params["finisher"]
+    assert (finisher.temperature, finisher.min_p, finisher.max_new_tokens) == (0.2, 0.1, 5)
     ev = eval_settings(rollout.settings, k=1, temperature=0.9)
     assert ev.sampling_for("proposer")["temperature"] == 0.9
     # eval: the agent's training block, then eval.temperature, then its eval block
@@ -126,7 +127,8 @@ def test_untrained_agents_in_the_policy_plan():
     assert _plan({"finisher": {"sampling": {"temperature": 0.3}}}, temperature=0.3).specs["shared"].temperature == 0.3
     with pytest.raises(ConfigError, match="one temperature"):
         _plan({"finisher": {"sampling": {"temperature": 0.3}}})
-    assert _plan({"finisher": {"trainable": False, "sampling": {"temperature": 0.3}}}).specs["shared"].temperature == 0.7
+    untrained = _plan({"finisher": {"trainable": False, "sampling": {"temperature": 0.3}}})
+    assert untrained.specs["shared"].temperature == 0.7
     with pytest.raises(ConfigError, match="ghost"):
         _plan({"ghost": {"trainable": False}})
 

@@ -39,10 +39,10 @@ def _processed(logits: torch.Tensor, prompt: list[int], response: list[int], tem
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p,penalty,min_p", [
-    (1.0, 0, 1.0, 1.3, 0.0), (0.8, 0, 1.0, 1.0, 0.05), (0.9, 20, 0.9, 1.2, 0.1), (0.0, 0, 1.0, 1.5, 0.2)])
-def test_logprobs_under_penalty_and_min_p_match_a_teacher_forced_forward(engine, reference_model, temperature,  # noqa: F811
-                                                                        top_k, top_p, penalty, min_p):
-    out = engine.generate([req("Repeat repeat repeat the word repeat", n=2, max_new_tokens=10, seed=5,
+    (1.0, 0, 1.0, 1.3, 0.05), (0.9, 20, 0.9, 1.2, 0.1), (0.0, 0, 1.0, 1.5, 0.2)])
+def test_logprobs_under_penalty_and_min_p_match_a_teacher_forced_forward(  # noqa: F811 - fixtures
+        engine, reference_model, temperature, top_k, top_p, penalty, min_p):
+    out = engine.generate([req("Repeat repeat repeat the word repeat", n=2, max_new_tokens=8, seed=5,
                                temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=penalty,
                                min_p=min_p)])[0]
     changed = False
@@ -66,7 +66,7 @@ def test_logprobs_under_penalty_and_min_p_match_a_teacher_forced_forward(engine,
 
 
 def test_repetition_penalty_of_one_and_min_p_of_zero_change_nothing(engine):  # noqa: F811
-    base = dict(n=2, max_new_tokens=6, temperature=1.0, seed=3)
+    base = dict(n=1, max_new_tokens=4, temperature=1.0, seed=3)
     plain = engine.generate([req("same draws", **base)])[0]
     neutral = engine.generate([req("same draws", repetition_penalty=1.0, min_p=0.0, **base)])[0]
     assert [c.response_ids for c in plain] == [c.response_ids for c in neutral]

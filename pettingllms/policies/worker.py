@@ -404,6 +404,9 @@ class PolicyWorker:
     def sft_update(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One supervised optimizer step: token-mean NLL of the samples' response tokens (the
         prompt is context only), micro-batched, at temperature 1. Used by the SFT cold start."""
+        if self.spec.frozen:
+            raise ValueError(f"policy '{self.name}' serves only agents with trainable: false {self.spec.untrained}; "
+                             "leave them out of sft.agents or make them trainable")
         samples = [s for s in samples if s.response_ids]
         if not samples:
             return {"num_samples": 0.0}

@@ -50,7 +50,8 @@ def refill_metrics(batches: list[Batch], agents: Iterable[str] = ()) -> dict[str
     if len(batches) < 2:
         return {}
     refills = Batch(step=batches[0].step, episodes=[e for b in batches[1:] for e in b.episodes])
-    return {f"refill/{k}": v for k, v in batch_metrics(refills, agents).items() if k.startswith(("reward/", "episode/"))}
+    return {f"refill/{k}": v for k, v in batch_metrics(refills, agents).items()
+            if k.startswith(("reward/", "episode/"))}
 
 
 def summed_counters(batches: list[Batch]) -> dict[str, float]:

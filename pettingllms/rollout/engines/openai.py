@@ -4,11 +4,12 @@ llama.cpp server, a hosted API, chosen by `rollout.openai.base_url` and model na
 Meant for evaluation and the demo. Chat requests go to /chat/completions with n, temperature,
 top_p, max_tokens, stop, seed and `logprobs: true`; top_k, min_p and repetition_penalty (when
 set) go as vLLM's extra sampling fields and enable_thinking as its `chat_template_kwargs`; a server
-that does not take them fails the request with one line naming them (`_refused`); vLLM servers also return the prompt and
-response token ids (`return_token_ids`, a vLLM extension, sent as an extra field that other
-servers ignore). Training needs both the engine's token ids and sampler logprobs, so a training
-run first asks the server once and refuses with one line if either is missing
-(`training_problem`).
+that does not take them fails the request with one line naming them (`_refused`). vLLM servers
+also return the prompt and response token ids (`return_token_ids`, a vLLM extension, sent as an
+extra field that other servers ignore). The logprobs are whatever the server computes (a vLLM
+server: `--logprobs-mode processed_logprobs` for those of the distribution sampled from).
+Training needs both the engine's token ids and sampler logprobs, so a training run first asks the
+server once and refuses with one line if either is missing (`training_problem`).
 
 Policies map to served models: `rollout.openai.policy_models[policy]`, else `rollout.openai.model`,
 else the server's first model. LoRA updates go to a vLLM server's runtime adapter endpoint

@@ -10,8 +10,9 @@ rendered by our chat template and passed as ids, so the trainer sees exactly wha
 generated), n candidates per request, stop strings, a seed per request, and the log-prob of each
 sampled token. `logprobs_mode=processed_logprobs` (rollout.vllm.logprobs_mode) makes that the
 log-prob under the distribution actually sampled from (after the repetition penalty, temperature,
-min-p, top-k, top-p), like the HF engine; vLLM's default, `raw_logprobs`, is the plain softmax of the logits, which differs from
-the behaviour policy whenever temperature != 1 or truncation is on.
+min-p, top-k, top-p), like the HF engine; vLLM's default, `raw_logprobs`, is the plain softmax of
+the logits, which differs from the behaviour policy whenever temperature != 1, a penalty or
+truncation is on.
 
 Weight sync: a LoRA update is written as a peft folder and loaded under a new LoRA id (the old
 version is removed; a new id also keeps the prefix cache from serving stale KV); a full update is

@@ -129,8 +129,8 @@ class _Scaled:
 
 def _draw_truncated(scaled: _Scaled, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor,
                     uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw from each row's min-p / top-k / top-p set over its candidate tokens only. The candidates are
-    in vocabulary order, so the CDF is the full vocabulary's with the zeros left out: the same
+    """Draw from each row's min-p / top-k / top-p set over its candidate tokens only. The candidates
+    are in vocabulary order, so the CDF is the full vocabulary's with the zeros left out: the same
     token for the same uniform as a full-vocabulary draw."""
     values, ids = _candidates(scaled, top_k, top_p, min_p)
     logp = torch.log_softmax(values, dim=-1)
@@ -148,8 +148,8 @@ def _candidates(scaled: _Scaled, top_k: torch.Tensor, top_p: torch.Tensor,
     its top k, then the top-p nucleus of that distribution (renormalised), as (logits with -inf
     outside the set, token ids), both [B, C] with columns in vocabulary order.
 
-    top_k == vocab, top_p > 1 and min_p == 0 mean "off"; every row has one of them on.
-    Both min-p and top-k keep a prefix of the sorted logits, so their order does not matter. Looks among the 64
+    top_k == vocab, top_p > 1 and min_p == 0 mean "off"; every row has one of them on. Both
+    min-p and top-k keep a prefix of the sorted logits, so their order does not matter. Looks among the 64
     largest logits, then 1024 (torch's topk costs ~linearly in k here), then sorts the whole
     vocabulary, until every row's set is inside the candidates.
     """
