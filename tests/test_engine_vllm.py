@@ -46,13 +46,19 @@ def _ask(engine, policy, n=2, seed=7, **params):
     return engine.generate([GenerationRequest(PROMPT, policy=policy, params=p, request_id=policy)])[0]
 
 
-def _teacher_forced(model, completions, temperature=1.0, top_k=0):
-    """Per-token logprobs of each completion under `model`, with the sampler's processing."""
+def _teacher_forced(model, completions, temperature=1.0, top_k=0, penalty=1.0):
+    """Per-token logprobs of each completion under `model`, with the sampler's processing (the
+    repetition penalty on the prompt and the reply so far, then the temperature, then top-k)."""
     out = []
     for c in completions:
         ids = torch.tensor([c.prompt_ids + c.response_ids])
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, len(c.prompt_ids) - 1:-1].float() / temperature
+            logits = model(input_ids=ids).logits[0, len(c.prompt_ids) - 1:-1].float()
+        for t in range(len(logits)) if penalty != 1.0 else ():
+            seen = torch.tensor(sorted(set(c.prompt_ids) | set(c.response_ids[:t])))
+            v = logits[t, seen]
+            logits[t, seen] = torch.where(v > 0, v / penalty, v * penalty)
+        logits = logits / temperature
         if top_k:
             kth = logits.topk(top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -77,11 +83,13 @@ def test_returns_own_ids_n_candidates_stop_strings_and_seeded_samples(engine):
         assert word not in cut[0].text and cut[0].finish_reason == "stop"
 
 
-@pytest.mark.parametrize("temperature,top_k", [(0.7, 0), (1.0, 5)])
-def test_logprobs_are_those_of_the_distribution_sampled_from(engine, temperature, top_k):
-    comps = _ask(engine, "shared", n=4, temperature=temperature, top_k=top_k, max_new_tokens=16)
+@pytest.mark.parametrize("temperature,top_k,penalty", [(0.7, 0, 1.0), (1.0, 5, 1.0), (1.0, 0, 1.3)])
+def test_logprobs_are_those_of_the_distribution_sampled_from(engine, temperature, top_k, penalty):
+    """processed_logprobs: after the repetition penalty too (docs/algorithm.md)."""
+    comps = _ask(engine, "shared", n=4, temperature=temperature, top_k=top_k, max_new_tokens=16,
+                 repetition_penalty=penalty)
     model = load_causal_lm(TINY, torch.float32)
-    for c, ref in zip(comps, _teacher_forced(model, comps, temperature, top_k)):
+    for c, ref in zip(comps, _teacher_forced(model, comps, temperature, top_k, penalty)):
         assert torch.isfinite(ref).all()
         torch.testing.assert_close(torch.tensor(c.logprobs), ref, rtol=0, atol=ATOL)
 

@@ -114,6 +114,9 @@ def test_a_step_whose_groups_are_all_flat_costs_no_update(tmp_path, mode):
     # dapo tried its two refills on further problems (batch 2 each); zero_var never refills
     assert last["filter/refills"] == (2.0 if mode == "dapo" else 0.0)
     assert last["data/consumed"] == (6 if mode == "dapo" else 2)
+    # the refills' own episodes are reported apart from the first rollout's (metrics name which they cover)
+    assert last.get("refill/episode/count") == (4.0 if mode == "dapo" else None)
+    assert last["episode/count"] == 2.0
 
 
 def test_bad_values_are_one_line():

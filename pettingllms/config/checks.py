@@ -11,7 +11,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from pettingllms.errors import ConfigError
 
@@ -48,10 +48,6 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("rollout.max_prompt_tokens", lambda v: v >= 1, "must be >= 1"),
     ("rollout.env_workers", lambda v: v >= 1, "must be >= 1"),
     ("rollout.max_refill", lambda v: v >= 0, "must be >= 0 (extra rollouts per step, algorithm.group_filter=dapo)"),
-    ("rollout.sampling.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
-    ("rollout.sampling.top_p", lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    ("rollout.sampling.top_k", lambda v: v >= 0, "must be >= 0 (0 disables)"),
-    ("rollout.sampling.max_new_tokens", lambda v: v >= 1, "must be >= 1"),
     ("env.max_turns", lambda v: v >= 1, "must be >= 1"),
     ("env.train_limit", lambda v: v >= 1, "must be >= 1 or null"),
     ("env.test_limit", lambda v: v >= 1, "must be >= 1 or null"),
@@ -126,6 +122,20 @@ def _check_ranges(cfg: DictConfig) -> None:
             raise bad_value(f"policies.{name}.lr", pol.lr, "must be > 0 (or unset: trainer.optim.lr)")
         if pol.get("weight_decay") is not None and not pol.weight_decay >= 0:
             raise bad_value(f"policies.{name}.weight_decay", pol.weight_decay, "must be >= 0")
+
+
+def _check_agents(cfg: DictConfig) -> None:
+    """rollout.sampling and each `agents.<name>` block (pettingllms/config/agents.py); the
+    shape of env.turn_order (its names are checked against the env's agents when it runs)."""
+    from pettingllms.config.agents import agent_configs, check_sampling, sampling_block
+
+    check_sampling("rollout.sampling", sampling_block(cfg.rollout.sampling))
+    agent_configs(cfg.agents)
+    for i, entry in enumerate(cfg.env.get("turn_order") or []):
+        names = list(entry) if isinstance(entry, (list, tuple, ListConfig)) else [entry]
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise bad_value(f"env.turn_order[{i}]", OmegaConf.to_object(entry) if isinstance(entry, ListConfig)
+                            else entry, "each entry is an agent name or a non-empty list of agent names")
 
 
 def _check_dtypes(cfg: DictConfig) -> None:
@@ -256,10 +266,13 @@ def _check_schedule(cfg: DictConfig) -> None:
     if env.startswith("autoevol") != (strategy == "autoevol"):
         raise ConfigError("env=autoevol and rollout=autoevol go together (MetaAgent-X's designs x "
                           f"executions); got env.name={env}, rollout.strategy={strategy}")
+    if strategy == "autoevol" and (cfg.env.get("turn_order") or cfg.env.get("parallel")):
+        raise ConfigError("env.turn_order and env.parallel are for turn-based envs; rollout.strategy=autoevol "
+                          "plays designs, not turns")
 
 
 def check_values(cfg: DictConfig, checks: Optional[list[Callable[[DictConfig], None]]] = None) -> None:
     """Every value check; the first failure raises ConfigError."""
-    for check in checks or (_check_choices, _check_ranges, _check_dtypes, _check_env, _check_engine,
-                            _check_models, _check_schedule):
+    for check in checks or (_check_choices, _check_ranges, _check_agents, _check_dtypes, _check_env,
+                            _check_engine, _check_models, _check_schedule):
         check(cfg)

@@ -42,6 +42,20 @@ class SamplingConfig:
     top_k: int = 0
     max_new_tokens: int = 128
     stop: list[str] = field(default_factory=list)
+    min_p: float = 0.0  # drop tokens less likely than min_p x the most likely one; 0 disables
+    repetition_penalty: float = 1.0  # > 1: tokens already in the prompt or reply less likely; 1 disables
+    # Qwen3-style chat templates' thinking switch (passed to apply_chat_template); None: the template's default
+    enable_thinking: Optional[bool] = None
+
+
+@dataclass
+class AgentConfig:
+    """One agent's entry in `agents`: a policy name alone (`reasoner: shared`) or this block
+    (pettingllms/config/agents.py reads both)."""
+    policy: Optional[str] = None  # None: as if the agent had no entry (the only policy, or agents_mode's)
+    sampling: dict[str, Any] = field(default_factory=dict)  # rollout.sampling fields it overrides in training
+    eval_sampling: dict[str, Any] = field(default_factory=dict)  # overridden on top in evaluation
+    trainable: bool = True  # false: its samples are generated but never trained on
 
 
 @dataclass
@@ -109,6 +123,10 @@ class EnvConfig:
     # (sudoku -> sudoku_<N>, sudoku_easy -> sudoku_<N>_easy); None: the data's own mix
     map_size: Optional[int] = None
     options: dict[str, Any] = field(default_factory=dict)  # checked by the env's constructor
+    # who acts in each turn, in order: agent names, or a list of names that act in parallel (they see
+    # the same state); empty: env.agents one after another (rollout/runner.py turn_groups)
+    turn_order: list[Any] = field(default_factory=list)
+    parallel: bool = False  # every agent of a turn acts in parallel (the reference's `parallel: true`)
 
 
 @dataclass
@@ -331,11 +349,12 @@ class ExperimentConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    # policy name -> policy; agent name -> policy name. Empty `policies` means one
-    # policy "shared"; empty `agents` maps every agent to the only policy (L1).
+    # policy name -> policy; agent name -> policy name or an AgentConfig block (policy, sampling,
+    # eval_sampling, trainable). Empty `policies` means one policy "shared"; an agent without
+    # a policy maps to the only policy (L1).
     # agents_mode per_agent_lora / per_agent_model builds one policy per agent (L2 / L3).
     policies: dict[str, PolicyConfig] = field(default_factory=dict)
-    agents: dict[str, str] = field(default_factory=dict)
+    agents: dict[str, Any] = field(default_factory=dict)
     agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray: RayConfig = field(default_factory=RayConfig)

@@ -27,9 +27,12 @@ class PolicySet:
     workers: dict[str, Any]  # name -> PolicyWorker
     agent_policy: dict[str, str]
     phases: list[Any] = field(default_factory=list)
+    untrained: frozenset[str] = frozenset()  # agents with `trainable: false`: generated, never trained on
 
     def trainable_at(self, step: int) -> set[str]:
-        return trainable_policies(self.phases, step, self.workers)
+        """trainer.phases at `step`, less the policies whose agents are all untrained."""
+        trained = {p for a, p in self.agent_policy.items() if a not in self.untrained}
+        return trainable_policies(self.phases, step, self.workers) & trained
 
     def set_step(self, step: int) -> set[str]:
         """Set each worker's `trainable` flag from trainer.phases; returns the trainable names."""
@@ -39,13 +42,14 @@ class PolicySet:
         return on
 
     def split(self, samples: Iterable[Sample]) -> dict[str, list[Sample]]:
-        """Samples per policy, routed by each sample's agent."""
+        """Samples per policy, routed by each sample's agent; untrained agents' samples are left out."""
         out: dict[str, list[Sample]] = {name: [] for name in self.workers}
         for s in samples:
             if s.agent not in self.agent_policy:
                 raise ValueError(f"sample from agent '{s.agent}', which no policy serves "
                                  f"(agents: {sorted(self.agent_policy)})")
-            out[self.agent_policy[s.agent]].append(s)
+            if s.agent not in self.untrained:
+                out[self.agent_policy[s.agent]].append(s)
         return out
 
     def release(self) -> None:
@@ -85,4 +89,5 @@ def build_policies(mapping: MappingConfig, settings: WorkerSettings, agents: Seq
                 lora_base = SharedLoraBase(base, spec.base, torch_dtype(settings.train_dtype))
                 shared_bases[spec.model_key] = lora_base
         workers[name] = PolicyWorker(spec, settings, lora_base=lora_base)
-    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=list(mapping.phases))
+    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=list(mapping.phases),
+                     untrained=plan.untrained)

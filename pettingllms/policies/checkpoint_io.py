@@ -26,8 +26,9 @@ def save_worker_state(worker: Any, folder: Path, with_tokenizer: bool = False) -
         worker._lora_base.save_adapter(worker.name, folder / "adapter")
     else:
         worker.model.save_pretrained(str(folder / "model"))
-    torch.save(worker.optimizer.state_dict(), folder / "optimizer.pt")
-    torch.save(worker.scheduler.state_dict(), folder / "scheduler.pt")
+    if worker.optimizer is not None:  # none for a policy whose agents are all untrained
+        torch.save(worker.optimizer.state_dict(), folder / "optimizer.pt")
+        torch.save(worker.scheduler.state_dict(), folder / "scheduler.pt")
     meta = {"name": worker.name, "kind": "lora" if spec.is_lora else "full",
             "base": spec.base, "updates": worker.updates, "trainable": worker.trainable}
     (folder / "policy.json").write_text(json.dumps(meta, indent=1))
@@ -95,6 +96,8 @@ def load_worker_state(worker: Any, folder: Path, weights_only: bool = False) -> 
         return
     worker.updates = int(meta.get("updates", 0))
     if meta.get("backend") == "verl":  # its optimizer state is in verl's shards: weights only (evaluation)
+        return
+    if worker.optimizer is None or not (folder / "optimizer.pt").exists():  # an untrained policy's: none
         return
     worker.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
     worker.scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))

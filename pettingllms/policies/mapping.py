@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from pettingllms.config.agents import agent_configs
 from pettingllms.config.schema import (LoraConfig, ModelConfig, OptimConfig, PhaseConfig, PolicyConfig,
                                        RoleLrConfig)
 from pettingllms.errors import ConfigError
@@ -30,11 +31,12 @@ AGENT_MODES = ("explicit", "per_agent_lora", "per_agent_model")
 class MappingConfig:
     """The blocks the agent -> policy map reads (`trainer.assemble.mapping_config` builds it)."""
     policies: Mapping[str, Optional[PolicyConfig]] = field(default_factory=dict)  # `policies`
-    agents: Mapping[str, str] = field(default_factory=dict)  # `agents`: agent -> policy
+    agents: Mapping[str, Any] = field(default_factory=dict)  # `agents`: agent -> policy name or AgentConfig block
     agents_mode: str = "explicit"  # explicit | per_agent_lora | per_agent_model
     model: ModelConfig = field(default_factory=ModelConfig)  # base path and LoRA defaults
     optim: OptimConfig = field(default_factory=OptimConfig)  # lr / weight_decay defaults
     phases: Sequence[PhaseConfig] = ()  # trainer.phases
+    temperature: float = 0.7  # rollout.sampling.temperature (an agent's own sampling may override it)
 
 
 @dataclass
@@ -47,17 +49,29 @@ class PolicySpec:
     weight_decay: float
     offload: bool = False
     agents: list[str] = field(default_factory=list)
+    untrained: list[str] = field(default_factory=list)  # its agents with `trainable: false`
+    # the trained agents' sampling temperature: the trainer's logprobs are computed at it (None: all untrained)
+    temperature: Optional[float] = None
     model_key: str = ""  # specs with the same key share one model in memory (LoRA on one base)
 
     @property
     def is_lora(self) -> bool:
         return self.lora is not None
 
+    @property
+    def frozen(self) -> bool:
+        """Every agent of this policy is untrained: it generates, and never gets an optimizer."""
+        return bool(self.agents) and set(self.agents) <= set(self.untrained)
+
 
 @dataclass
 class PolicyPlan:
     specs: dict[str, PolicySpec]
     agent_policy: dict[str, str]
+
+    @property
+    def untrained(self) -> frozenset[str]:
+        return frozenset(a for s in self.specs.values() for a in s.untrained)
 
     def agents_of(self, policy: str) -> list[str]:
         return list(self.specs[policy].agents)
@@ -112,7 +126,11 @@ def resolve_policies(mapping: MappingConfig, agents: Iterable[str]) -> PolicyPla
     if mode not in AGENT_MODES:
         raise ConfigError(f"agents_mode must be one of {AGENT_MODES}, got '{mode}'")
     policies_cfg = {str(k): v for k, v in dict(mapping.policies or {}).items()}
-    agent_map = {str(k): str(v) for k, v in dict(mapping.agents or {}).items()}
+    blocks = agent_configs(mapping.agents)
+    ghosts = sorted(set(blocks) - set(agents))
+    if ghosts:
+        raise ConfigError(f"`agents:` names {ghosts}, which the env does not have (env agents: {agents})")
+    agent_map = {name: str(b.policy) for name, b in blocks.items() if b.policy is not None}
 
     if mode == "explicit":
         specs, agent_policy = _explicit(mapping, agents, policies_cfg, agent_map)
@@ -121,6 +139,9 @@ def resolve_policies(mapping: MappingConfig, agents: Iterable[str]) -> PolicyPla
 
     for agent, pol in agent_policy.items():
         specs[pol].agents.append(agent)
+        if agent in blocks and not blocks[agent].trainable:
+            specs[pol].untrained.append(agent)
+    _set_temperatures(specs, blocks, float(mapping.temperature))
     idle = [name for name, s in specs.items() if not s.agents]
     if idle:
         raise ConfigError(f"policies {idle} have no agents mapped to them (agents: {agent_policy})")
@@ -177,6 +198,18 @@ def _per_agent(mapping, agents, policies_cfg, agent_map, mode):
                 f"agents_mode=per_agent_lora puts every adapter on one base, got bases {sorted(bases)}; "
                 f"use agents_mode=explicit for adapters on different bases")
     return specs, {a: a for a in agents}
+
+
+def _set_temperatures(specs: dict[str, PolicySpec], blocks: Mapping[str, Any], default: float) -> None:
+    """A policy's logprobs are computed at one temperature: its trained agents must sample at it."""
+    for spec in specs.values():
+        temps = {a: float(blocks[a].sampling.get("temperature", default)) if a in blocks else default
+                 for a in spec.agents if a not in spec.untrained}
+        if len(set(temps.values())) > 1:
+            raise ConfigError(f"agents {sorted(temps)} train policy '{spec.name}' but sample at temperatures "
+                              f"{temps}; the trainer computes a policy's logprobs at one temperature: give them "
+                              "one temperature or policies of their own")
+        spec.temperature = next(iter(temps.values()), None)
 
 
 def _assign_model_keys(specs: dict[str, PolicySpec], per_agent_model: bool) -> None:

@@ -57,7 +57,7 @@ class PolicyWorker:
         self.train_dtype = torch_dtype(settings.train_dtype)
         self.algo, self.optim = settings.algorithm, settings.optim
         self.seed = int(settings.seed)
-        temp = float(settings.temperature)
+        temp = float(settings.temperature if spec.temperature is None else spec.temperature)
         self.temperature = temp if temp > 0 else 1.0  # logprobs under the sampling distribution
         self.autocast = self.dtype in (torch.bfloat16, torch.float16)
         self.updates = 0  # update() calls that trained (drives the LR schedule)
@@ -104,6 +104,11 @@ class PolicyWorker:
             target = self.model.get_base_model() if self.spec.is_lora else self.model
             target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._params = params
+        if self.spec.frozen:  # every agent untrained: it only generates, so no optimizer state at all
+            self.trainable = False
+            for p in params:
+                p.requires_grad_(False)
+            return
         self.optimizer = torch.optim.AdamW(
             params, lr=self.spec.lr, betas=tuple(float(b) for b in self.optim.betas),
             weight_decay=self.spec.weight_decay, eps=1e-8, **adamw_kernel(params))
@@ -330,7 +335,7 @@ class PolicyWorker:
         two roles of one shared model can train at different rates; rate 0 skips the role.
         Metrics are then prefixed `<agent>/`. The LR schedule advances once per call either way.
         """
-        if not self.trainable:
+        if not self.trainable or self.spec.frozen:
             return {"frozen": 1.0}
         samples = list(samples)
         self._check_samples(samples)
@@ -420,6 +425,9 @@ class PolicyWorker:
     def sft_update(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One supervised optimizer step: token-mean NLL of the samples' response tokens (the
         prompt is context only), micro-batched, at temperature 1. Used by the SFT cold start."""
+        if self.spec.frozen:
+            raise ValueError(f"policy '{self.name}' serves only agents with trainable: false {self.spec.untrained}; "
+                             "leave them out of sft.agents or make them trainable")
         samples = [s for s in samples if s.response_ids]
         if not samples:
             return {"num_samples": 0.0}

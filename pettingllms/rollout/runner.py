@@ -1,11 +1,14 @@
 """The episode loop: env turns -> engine calls -> Samples and committed trajectories.
 
 One loop serves every strategy (strategies/): all problems advance together;
-for turn t and agent a (in env.agents order) every live track sends one request,
-and all of them go to the engine in ONE generate call. Each completion is
-scored on its own deep copy of the track's committed env, so K candidates get
-K different rewards and the next agent observes exactly the env that was
-stepped. Samples of every agent that acted are kept, the final turn included.
+for turn t and agent a (in env.agents order, or env.turn_order) every live track
+sends one request, and all of them go to the engine in ONE generate call. Each
+completion is scored on its own deep copy of the track's committed env, so K
+candidates get K different rewards and the next agent observes exactly the env
+that was stepped. Agents grouped to act in parallel (env.turn_order / env.parallel)
+all observe the same state and share one generate call; each is scored on that
+state, then their chosen actions are applied in the group's order. Samples of
+every agent that acted are kept, the final turn included.
 """
 from __future__ import annotations
 
@@ -13,10 +16,12 @@ import copy
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from pettingllms.algorithms.grouping import DEFAULT_GROUP_BY, group_key, normalize_group_by
-from pettingllms.config.schema import AlgorithmConfig, MasConfig, RewardConfig, RolloutConfig
+from pettingllms.config.agents import sampling_block
+from pettingllms.config.schema import AlgorithmConfig, EnvConfig, MasConfig, RewardConfig, RolloutConfig
+from pettingllms.errors import ConfigError
 from pettingllms.envs.base import MultiAgentEnv, StepResult
 from pettingllms.mas.budgets import MasBudgets
 from pettingllms.records import Batch, Episode, Sample, Step
@@ -25,8 +30,6 @@ from pettingllms.rollout.strategies import Strategy, get_strategy
 from pettingllms.utils.counters import counted
 from pettingllms.utils.seeding import sampling_seed as derive_seed
 from pettingllms.utils.vision import message_images
-
-_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "stop")
 
 
 @dataclass(frozen=True)
@@ -45,17 +48,40 @@ class RolloutSettings:
     mas_budgets: MasBudgets = field(default_factory=MasBudgets)  # autoevol
     design_format: str = "pettingllms"  # autoevol: mas.design_format
     mas_reward: str = "pettingllms"  # autoevol: mas.reward (pettingllms | published)
+    # agents.<name>.sampling / eval_sampling: the fields each agent overrides (SamplingParams names)
+    agent_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    agent_eval_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    eval_temperature: float | None = None  # set: an evaluation rollout (eval.temperature)
+    turn_order: tuple[Any, ...] = ()  # env.turn_order (names, or lists of names acting in parallel)
+    parallel: bool = False  # env.parallel: every agent of a turn in one parallel group
 
     @classmethod
     def of(cls, rollout: RolloutConfig, reward: RewardConfig, algorithm: AlgorithmConfig,
-           mas: MasConfig | None = None) -> "RolloutSettings":
+           mas: MasConfig | None = None, agents: Any = None, env: EnvConfig | None = None) -> "RolloutSettings":
+        from pettingllms.config.agents import agent_configs
+
         mas = mas or MasConfig()
+        blocks = agent_configs(agents or {})
+        order = tuple(tuple(str(a) for a in e) if isinstance(e, Sequence) and not isinstance(e, str) else str(e)
+                      for e in (env.turn_order if env is not None else ()) or ())
         return cls(strategy=str(rollout.strategy), k=int(rollout.k), sampling=sampling_dict(rollout.sampling),
                    team_weight=float(reward.team_weight), local_weight=float(reward.local_weight),
                    group_by=normalize_group_by(algorithm.group_by), env_workers=int(rollout.env_workers),
                    designer_max_new_tokens=int(mas.designer_sampling.max_new_tokens),
                    mas_budgets=MasBudgets.from_cfg(mas.budgets), design_format=str(mas.design_format),
-                   mas_reward=str(mas.reward))
+                   mas_reward=str(mas.reward),
+                   agent_sampling={a: sampling_dict(b.sampling) for a, b in blocks.items() if b.sampling},
+                   agent_eval_sampling={a: sampling_dict(b.eval_sampling) for a, b in blocks.items()
+                                        if b.eval_sampling},
+                   turn_order=order, parallel=bool(env.parallel) if env is not None else False)
+
+    def sampling_for(self, agent: str) -> dict[str, Any]:
+        """The SamplingParams fields `agent` samples with: rollout.sampling, then its own
+        `sampling`; in evaluation then eval.temperature and its `eval_sampling`."""
+        mine = {**self.sampling, **self.agent_sampling.get(agent, {})}
+        if self.eval_temperature is not None:
+            mine = {**mine, "temperature": float(self.eval_temperature), **self.agent_eval_sampling.get(agent, {})}
+        return mine
 
 
 @dataclass
@@ -86,13 +112,28 @@ class _Settings:
 
 
 def sampling_dict(sampling: Any) -> dict[str, Any]:
-    """A `SamplingConfig` block (or a mapping of its fields) as SamplingParams keyword arguments."""
-    out = {}
-    for name in _SAMPLING_FIELDS:
-        value = sampling.get(name) if isinstance(sampling, Mapping) else getattr(sampling, name, None)
-        if value is not None:
-            out[name] = [str(s) for s in value] if name == "stop" else value
-    return out
+    """A `SamplingConfig` block (or a mapping of its fields) as SamplingParams keyword arguments:
+    the fields that are set (every SamplingConfig field is a SamplingParams field)."""
+    values = {k: v for k, v in sampling_block(sampling).items() if v is not None}
+    if "stop" in values:
+        values["stop"] = [str(s) for s in values["stop"]]
+    return values
+
+
+def turn_groups(turn_order: Sequence[Any], parallel: bool, agents: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """Who acts in a turn, in order: groups of agents that act in parallel (one agent: alone).
+    Empty `turn_order`: the env's agents in its order. Every env agent must appear exactly once."""
+    order = [tuple(e) if isinstance(e, (tuple, list)) else (e,) for e in turn_order] or [(a,) for a in agents]
+    named = [a for g in order for a in g]
+    unknown = sorted(set(named) - set(agents))
+    twice = sorted({a for a in named if named.count(a) > 1})
+    missing = [a for a in agents if a not in named]
+    if unknown or twice or missing:
+        raise ConfigError(f"env.turn_order {[list(g) for g in order]} must name each of the env's agents "
+                          f"{list(agents)} once (unknown: {unknown}, twice: {twice}, missing: {missing})")
+    if parallel:
+        return (tuple(named),)
+    return tuple(order)
 
 
 def unique_keys(problems: list[dict[str, Any]]) -> list[str]:
@@ -137,7 +178,7 @@ class Rollout:
         tracks = self._start(problems, keys, seed, st)
         if not tracks:
             return Batch(step=step)
-        agents = tuple(tracks[0].env.agents)
+        groups = turn_groups(st.cfg.turn_order, st.cfg.parallel, tuple(tracks[0].env.agents))
         max_turns = max(int(getattr(tr.env, "max_turns", 1)) for tr in tracks)
         workers = max(1, st.cfg.env_workers)
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -147,11 +188,11 @@ class Rollout:
                     break
                 for tr in playing:
                     tr.episode.trajectory.num_turns = turn + 1
-                for agent in agents:
+                for group in groups:
                     acting = [tr for tr in playing if not tr.done]
                     if not acting:
                         break
-                    self._act(acting, turn, agent, seed, st, pool)
+                    self._act(acting, turn, group, seed, st, pool)
                 for tr in playing:
                     if not tr.done:
                         tr.env.end_turn()
@@ -183,29 +224,31 @@ class Rollout:
                                      done=bool(track_env.done)))
         return tracks
 
-    def _act(self, acting: list[_Track], turn: int, agent: str, seed: int, st: _Settings,
+    def _act(self, acting: list[_Track], turn: int, group: tuple[str, ...], seed: int, st: _Settings,
              pool: ThreadPoolExecutor) -> None:
-        """One (turn, agent) step for every live track: one engine call, K branches each."""
+        """One (turn, group) step for every live track: every agent of the group observes the
+        track's committed env, all requests go in one engine call, K branches each."""
         n = st.strategy.samples_per_request(st.k)
-        policy = self.agent_policy[agent]
+        owners = [(tr, agent) for agent in group for tr in acting]
         requests = [
             GenerationRequest(
                 messages=tr.env.observation(agent),
-                policy=policy,
+                policy=self.agent_policy[agent],
                 params=SamplingParams(n=n, seed=derive_seed(seed, tr.problem_key, tr.index, turn, agent),
-                                      **st.cfg.sampling),
+                                      **st.cfg.sampling_for(agent)),
                 request_id=f"{tr.episode.episode_id}/t{turn}/{agent}",
             )
-            for tr in acting
+            for tr, agent in owners
         ]
         outputs = self.engine.generate(requests)
         check_outputs(requests, outputs)
-        jobs = [(tr, c) for tr, comps in zip(acting, outputs) for c in comps]
+        jobs = [(tr, agent, c) for (tr, agent), comps in zip(owners, outputs) for c in comps]
         # Each branch is an independent deep copy and results come back in job
         # order, so thread timing cannot change the outcome.
-        branches = list(pool.map(lambda job: self._step_branch(job[0], agent, turn, job[1].text, st), jobs))
+        branches = list(pool.map(lambda job: self._step_branch(job[0], job[1], turn, job[2].text, st), jobs))
+        picks: dict[int, list[tuple[str, str, _Branch]]] = {id(tr): [] for tr in acting}
         pos = 0
-        for tr, req, comps in zip(acting, requests, outputs):
+        for (tr, agent), req, comps in zip(owners, requests, outputs):
             mine = branches[pos:pos + len(comps)]
             pos += len(comps)
             rng = random.Random(derive_seed(seed, tr.problem_key, tr.index, turn, agent, "commit"))
@@ -213,17 +256,32 @@ class Rollout:
             key = group_key(tr.problem_key, turn, agent, st.cfg.group_by)
             images = message_images(req.messages)
             for i, (c, b) in enumerate(zip(comps, mine)):
-                tr.episode.samples.append(_sample(tr, agent, turn, policy, c, b, key, images,
+                tr.episode.samples.append(_sample(tr, agent, turn, self.agent_policy[agent], c, b, key, images,
                                                   candidate=tr.index * n + i, committed=(i == chosen)))
-            best = mine[chosen]
-            tr.env = best.env
+            picks[id(tr)].append((agent, comps[chosen].text, mine[chosen]))
+        for tr in acting:
+            self._commit(tr, turn, picks[id(tr)], st)
+
+    def _commit(self, tr: _Track, turn: int, picks: list[tuple[str, str, _Branch]], st: _Settings) -> None:
+        """The track goes on from the first agent's chosen branch; the other agents of a parallel
+        group (each scored on the shared state) then have their chosen actions applied on it, in order."""
+        tr.env = env = picks[0][2].env
+        for i, (agent, text, b) in enumerate(picks):
+            if i > 0:
+                if env.done:
+                    break
+                b = self._stepped(env, tr, agent, turn, text, st)
             tr.episode.trajectory.steps.append(Step(
-                agent=agent, turn=turn, action=comps[chosen].text, local_reward=best.local_reward,
-                team_reward=best.team_reward, observation=best.env.render(), info=dict(best.result.info)))
-            tr.done = bool(best.env.done)
+                agent=agent, turn=turn, action=text, local_reward=b.local_reward, team_reward=b.team_reward,
+                observation=env.render(), info=dict(b.result.info)))
+        tr.done = bool(env.done)
 
     def _step_branch(self, tr: _Track, agent: str, turn: int, text: str, st: _Settings) -> _Branch:
-        env = copy.deepcopy(tr.env)
+        return self._stepped(copy.deepcopy(tr.env), tr, agent, turn, text, st)
+
+    @staticmethod
+    def _stepped(env: MultiAgentEnv, tr: _Track, agent: str, turn: int, text: str, st: _Settings) -> _Branch:
+        """`env` stepped in place by `agent`'s action, with its rewards."""
         try:
             result = env.step(agent, text)
             local = float(result.local_reward)

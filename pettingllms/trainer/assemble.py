@@ -86,7 +86,7 @@ def build_run(cfg: DictConfig) -> RunSetup:
 
 
 def rollout_settings(cfg: DictConfig) -> RolloutSettings:
-    return RolloutSettings.of(cfg.rollout, cfg.reward, cfg.algorithm, cfg.mas)
+    return RolloutSettings.of(cfg.rollout, cfg.reward, cfg.algorithm, cfg.mas, cfg.agents, cfg.env)
 
 
 def make_runner(engine: Any, env_factory: Any, agent_policy: Mapping[str, str], settings: RolloutSettings) -> Any:
@@ -126,7 +126,7 @@ def worker_settings(cfg: DictConfig, device: torch.device | str | None = None) -
 def mapping_config(cfg: DictConfig) -> MappingConfig:
     return MappingConfig(policies=dict(cfg.policies or {}), agents=dict(cfg.agents or {}),
                          agents_mode=str(cfg.agents_mode), model=cfg.model, optim=cfg.trainer.optim,
-                         phases=list(cfg.trainer.phases))
+                         phases=list(cfg.trainer.phases), temperature=float(cfg.rollout.sampling.temperature))
 
 
 def build_policy_set(cfg: DictConfig, agents: Sequence[str], device: torch.device | str | None = None) -> Any:

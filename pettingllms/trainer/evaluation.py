@@ -18,9 +18,10 @@ from pettingllms.rollout.runner import RolloutSettings
 
 
 def eval_settings(settings: RolloutSettings, k: int, temperature: float) -> RolloutSettings:
-    """The training rollout with evaluation sampling: flat episodes, eval temperature."""
+    """The training rollout with evaluation sampling: flat episodes, eval temperature (then each
+    agent's `eval_sampling`, RolloutSettings.sampling_for)."""
     strategy = settings.strategy if settings.strategy == "autoevol" else "flat"  # autoevol: k designs x 1 execution
-    return replace(settings, strategy=strategy, k=int(k),
+    return replace(settings, strategy=strategy, k=int(k), eval_temperature=float(temperature),
                    sampling={**settings.sampling, "temperature": float(temperature)})
 
 

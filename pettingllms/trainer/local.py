@@ -32,8 +32,8 @@ from pettingllms.trainer import components as comp
 from pettingllms.trainer.backends import make_backend
 from pettingllms.trainer.data import DataOrder
 from pettingllms.trainer.evaluation import flat_metrics
-from pettingllms.trainer.metrics import (batch_metrics, policy_metrics,
-                                         sandbox_warning, starved_agents, timing_sum)
+from pettingllms.trainer.metrics import (batch_metrics, policy_metrics, refill_metrics, sandbox_warning,
+                                         starved_agents, summed_counters, timing_sum)
 from pettingllms.trainer.stopping import (EXIT_IO_ERROR, EXIT_STOPPED, StopRequested, StopSignals, resume_hint,
                                           stop_line)
 from pettingllms.utils.diskio import as_write_failed
@@ -164,11 +164,12 @@ class LocalTrainer:
         with sw.section("bookkeeping"):
             metrics: dict[str, Any] = {"step": step, "epoch": self.order.epoch,
                                        "data/consumed": self.order.consumed}
-            metrics.update(batch_metrics(batch, self.agents))
+            metrics.update(batch_metrics(batch, self.agents))  # the first rollout
+            metrics.update(refill_metrics(batches, self.agents))  # refill/*: the refill rollouts
             metrics.update(policy_metrics(reports))
             metrics.update(filtered)  # filter/*: groups dropped, refills (algorithm.group_filter)
             metrics["policies/trained"] = float(len(updated))
-            metrics.update(batch.counters)  # sandbox/*, judge/*: counted where the envs stepped
+            metrics.update(summed_counters(batches))  # sandbox/*, judge/*: every rollout, where the envs stepped
             if (warning := sandbox_warning(metrics)) is not None:
                 log.warning("step %d: %s", step, warning)
             if loop.logging.save_trajectories:
@@ -258,7 +259,8 @@ class LocalTrainer:
             self.history.append(metrics)
             bar.update(1)
             self.outputs.log_metrics(metrics)
-            for agent, streak in starved_agents(self.history, self.agents, int(logging_.starvation_warn_steps)):
+            trained = [a for a in self.agents if a not in self.policies.untrained]  # the others need no signal
+            for agent, streak in starved_agents(self.history, trained, int(logging_.starvation_warn_steps)):
                 log.warning("agent '%s' has had no learning signal for %d steps: every group of its "
                             "samples had equal rewards (groups/zero_var_frac/%s = 1). Check its local "
                             "reward and reward.local_weight, or raise rollout.k", agent, streak, agent)

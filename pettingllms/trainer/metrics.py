@@ -1,6 +1,8 @@
 """Per-step metrics computed from a Batch and the policy workers' update reports.
 
-Names (all floats unless noted):
+Names (all floats unless noted). reward/*, episode/*, advantage/*, groups/*, tokens/* and
+samples/* cover the step's first rollout; with refills (algorithm.group_filter=dapo) the refill
+rollouts' own are refill/reward/* and refill/episode/*, and sandbox/*, judge/* count every rollout.
   reward/mean, reward/<agent>/mean   mean reward over every sampled candidate (what the
                                      policy produces on average; the quantity GRPO raises)
   episode/team_reward, episode/success_rate, episode/turns   committed trajectories
@@ -40,6 +42,25 @@ def _std(xs: list[float]) -> float:
         return 0.0
     m = _mean(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+
+def refill_metrics(batches: list[Batch], agents: Iterable[str] = ()) -> dict[str, float]:
+    """refill/reward/* and refill/episode/* over a step's refill rollouts (every batch after the
+    first); nothing when there were none."""
+    if len(batches) < 2:
+        return {}
+    refills = Batch(step=batches[0].step, episodes=[e for b in batches[1:] for e in b.episodes])
+    return {f"refill/{k}": v for k, v in batch_metrics(refills, agents).items()
+            if k.startswith(("reward/", "episode/"))}
+
+
+def summed_counters(batches: list[Batch]) -> dict[str, float]:
+    """The counters (sandbox/*, judge/*) of every rollout of the step, summed."""
+    out: dict[str, float] = defaultdict(float)
+    for b in batches:
+        for k, v in b.counters.items():
+            out[k] += float(v)
+    return dict(out)
 
 
 def _real(samples: Iterable[Sample]) -> list[Sample]:

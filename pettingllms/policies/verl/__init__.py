@@ -36,4 +36,5 @@ def build_verl_policies(mapping: Any, settings: Any, agents: Sequence[str], clus
         for w in workers.values():
             w.close()
         raise
-    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=list(mapping.phases))
+    return PolicySet(workers=workers, agent_policy=dict(plan.agent_policy), phases=list(mapping.phases),
+                     untrained=plan.untrained)

@@ -72,7 +72,7 @@ class VerlPolicyWorker:
         self.algo = settings.worker.algorithm
         self.seed = int(settings.worker.seed)
         self.dtype = torch_dtype(settings.worker.dtype)
-        temp = float(settings.worker.temperature)
+        temp = float(settings.worker.temperature if spec.temperature is None else spec.temperature)
         self.temperature = temp if temp > 0 else 1.0
         self.updates = 0
         self.micro = max(1, int(settings.worker.micro_batch_size))

@@ -25,6 +25,9 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    min_p: float = 0.0  # drop tokens less likely than min_p x the most likely one; 0 disables
+    repetition_penalty: float = 1.0  # tokens in the prompt or reply so far: logit / p if > 0, else x p
+    enable_thinking: bool | None = None  # Qwen3-style templates' thinking switch; None: the template's default
 
 
 @dataclass
@@ -93,8 +96,14 @@ def prompt_ids(tok: Any, request: GenerationRequest, max_prompt_tokens: int) -> 
         raise ValueError(f"request {request.request_id!r} has image parts, which this engine does not take "
                          "for this model: use a vision-language model (e.g. model.path=tiny:vl) on "
                          "rollout.engine=hf")
+    thinking = request.params.enable_thinking
+    if thinking is not None and "enable_thinking" not in (tok.chat_template or ""):
+        raise ValueError(f"request {request.request_id!r}: enable_thinking={thinking} but this model's chat "
+                         "template has no enable_thinking switch (Qwen3-style templates do); leave it null")
     if tok.chat_template:
-        text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+        extra = {} if thinking is None else {"enable_thinking": bool(thinking)}
+        text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True,
+                                       **extra)
     else:  # base models without a chat template: a plain transcript
         text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
     ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -117,6 +126,12 @@ def check_params(request: GenerationRequest) -> None:
         problems.append(f"top_p={p.top_p} (needs 0 < top_p <= 1)")
     if p.top_k < 0:
         problems.append(f"top_k={p.top_k} (needs >= 0)")
+    if not 0 <= p.min_p < 1:
+        problems.append(f"min_p={p.min_p} (needs 0 <= min_p < 1)")
+    if not p.repetition_penalty > 0:
+        problems.append(f"repetition_penalty={p.repetition_penalty} (needs > 0)")
+    if p.enable_thinking is not None and not isinstance(p.enable_thinking, bool):
+        problems.append(f"enable_thinking={p.enable_thinking!r} (true, false or None)")
     if isinstance(p.stop, str) or not all(isinstance(s, str) and s for s in p.stop):
         problems.append("stop must be a list of non-empty strings")
     if problems:

@@ -5,7 +5,7 @@ Why a hand-written decode loop instead of `model.generate`:
   * the n copies of a prompt, and requests with identical prompt ids (a rollout's K candidates),
     share one prefill (the cache is expanded afterwards);
   * the reported logprobs are exactly those of the distribution sampled from (`hf_runtime.sampling`:
-    temperature, then top-k, then top-p, nothing else);
+    repetition penalty, temperature, min-p, top-k, then top-p, nothing else; docs/algorithm.md);
   * sampling is per row: each (request, copy) owns a seeded uniform stream, so a request's result
     does not depend on what else shares the batch (up to float rounding of the batched forward);
   * Llama-architecture models (Llama, SmolLM, Qwen2) run `hf_runtime.lean_llama.LeanLlama`, the
@@ -39,7 +39,7 @@ from pettingllms.rollout.engines.base import (Completion, GenerationRequest, Rol
 from pettingllms.rollout.engines.hf_runtime.kv_cache import buffered_cache, drop_front
 from pettingllms.rollout.engines.hf_runtime.lean_llama import LeanLlama
 from pettingllms.rollout.engines.hf_runtime.linear import last_position, pack_linears
-from pettingllms.rollout.engines.hf_runtime.sampling import sample
+from pettingllms.rollout.engines.hf_runtime.sampling import penalised, sample
 from pettingllms.rollout.engines.weights import LoraFactor, WeightUpdate, full_weights, lora_factors
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from pettingllms.utils.seeding import derive_seed
@@ -87,6 +87,9 @@ class _Row:
     top_p: float
     max_new: int
     stops: list[str]
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seen: set[int] = field(default_factory=set)  # prompt and reply ids, kept only under a repetition penalty
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     text: str | None = None  # set when a stop string cut the text
@@ -298,8 +301,10 @@ class HFEngine(RolloutEngine):
                 p = requests[i].params
                 for c in range(p.n):
                     seed = derive_seed(p.seed, c) if p.seed is not None else derive_seed(self.seed, call, i, c)
+                    penalty = float(p.repetition_penalty)
                     rows.append(_Row(i, c, seed, float(p.temperature), int(p.top_k), float(p.top_p),
-                                     int(p.max_new_tokens), list(p.stop)))
+                                     int(p.max_new_tokens), list(p.stop), float(p.min_p), penalty,
+                                     set(prompts[i]) if penalty != 1.0 else set()))
             for start in range(0, len(rows), self.max_batch_size):
                 self._decode(slot, rows[start:start + self.max_batch_size], prompts, pixels)
             for row in rows:
@@ -387,12 +392,14 @@ class HFEngine(RolloutEngine):
         step = 0
         while True:
             active = [rows[i] for i in live]
-            tokens, logprobs = sample(logits, active, uniforms[live, step].to(dev),
+            tokens, logprobs = sample(penalised(logits, active), active, uniforms[live, step].to(dev),
                                       slot.lean.kernel if slot.lean is not None else None)
             for row, tok, lp in zip(active, tokens.tolist(), logprobs.tolist()):
                 if row.finish is None:  # with drop_finished off, finished rows ride along unused
                     row.tokens.append(tok)
                     row.logprobs.append(lp)
+                    if row.repetition_penalty != 1.0:
+                        row.seen.add(tok)
                     self._check_finished(slot, row)
             step += 1
             keep = [j for j, i in enumerate(live) if rows[i].finish is None]

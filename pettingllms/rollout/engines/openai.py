@@ -2,11 +2,14 @@
 llama.cpp server, a hosted API, chosen by `rollout.openai.base_url` and model name.
 
 Meant for evaluation and the demo. Chat requests (image parts as PNG data URLs) go to
-/chat/completions with n, temperature, top_p, max_tokens, stop, seed and `logprobs: true`; vLLM
-servers also return the prompt and response token ids (`return_token_ids`, a vLLM extension, sent
-as an extra field that other servers ignore). Training needs both the engine's token ids and sampler logprobs, so a training
-run first asks the server once and refuses with one line if either is missing
-(`training_problem`).
+/chat/completions with n, temperature, top_p, max_tokens, stop, seed and `logprobs: true`; top_k,
+min_p and repetition_penalty (when set) go as vLLM's extra sampling fields and enable_thinking as its
+`chat_template_kwargs`; a server that does not take them fails the request with one line naming them
+(`_refused`). vLLM servers also return the prompt and response token ids (`return_token_ids`, a vLLM
+extension, sent as an extra field that other servers ignore). The logprobs are whatever the server
+computes (a vLLM server: `--logprobs-mode processed_logprobs` for those of the distribution sampled
+from). Training needs both the engine's token ids and sampler logprobs, so a training run first asks
+the server once and refuses with one line if either is missing (`training_problem`).
 
 Policies map to served models: `rollout.openai.policy_models[policy]`, else `rollout.openai.model`,
 else the server's first model. LoRA updates go to a vLLM server's runtime adapter endpoint
@@ -64,10 +67,19 @@ class OpenAIEngine(RolloutEngine):
         extra: dict[str, Any] = {"return_token_ids": True}
         if p.top_k > 0:
             extra["top_k"] = int(p.top_k)
-        resp = self.client.chat.completions.create(
-            model=self.models[request.policy], messages=openai_messages(request.messages), n=int(p.n),
-            temperature=float(p.temperature), top_p=float(p.top_p), max_tokens=int(p.max_new_tokens),
-            stop=list(p.stop) or None, seed=int(seed), logprobs=True, extra_body=extra)
+        if p.min_p > 0:
+            extra["min_p"] = float(p.min_p)
+        if p.repetition_penalty != 1.0:
+            extra["repetition_penalty"] = float(p.repetition_penalty)
+        if p.enable_thinking is not None:
+            extra["chat_template_kwargs"] = {"enable_thinking": bool(p.enable_thinking)}
+        try:
+            resp = self.client.chat.completions.create(
+                model=self.models[request.policy], messages=openai_messages(request.messages), n=int(p.n),
+                temperature=float(p.temperature), top_p=float(p.top_p), max_tokens=int(p.max_new_tokens),
+                stop=list(p.stop) or None, seed=int(seed), logprobs=True, extra_body=extra)
+        except Exception as e:
+            raise self._refused(e, extra) from e
         prompt = list(getattr(resp, "prompt_token_ids", None) or [])
         out = []
         for choice in sorted(resp.choices, key=lambda c: c.index):
@@ -78,6 +90,14 @@ class OpenAIEngine(RolloutEngine):
                 response_ids=ids, logprobs=[float(t.logprob) for t in content],
                 text=choice.message.content or "", finish_reason="length" if choice.finish_reason == "length" else "stop"))
         return out
+
+    def _refused(self, error: Exception, extra: Mapping[str, Any]) -> Exception:
+        """A 400 answer to a request that carried extra sampling fields: one line naming them."""
+        asked = sorted(set(extra) - {"return_token_ids"})
+        if getattr(error, "status_code", None) != 400 or not asked:
+            return error
+        return ValueError(f"rollout.engine=openai: the server at {self.options.base_url} refused a request "
+                          f"with {', '.join(asked)} (vLLM's extensions; this server may not take them): {error}")
 
     def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
         requests = [r if isinstance(r, GenerationRequest) else GenerationRequest.from_dict(r) for r in requests]

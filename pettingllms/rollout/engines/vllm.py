@@ -9,9 +9,10 @@ What comes back is what the seam asks for: vLLM's own prompt/response token ids 
 rendered by our chat template and passed as ids, so the trainer sees exactly what was
 generated), n candidates per request, stop strings, a seed per request, and the log-prob of each
 sampled token. `logprobs_mode=processed_logprobs` (rollout.vllm.logprobs_mode) makes that the
-log-prob under the distribution actually sampled from (after temperature, top-k, top-p), like the
-HF engine; vLLM's default, `raw_logprobs`, is the plain softmax of the logits, which differs from
-the behaviour policy whenever temperature != 1 or truncation is on.
+log-prob under the distribution actually sampled from (after the repetition penalty, temperature,
+min-p, top-k, top-p), like the HF engine; vLLM's default, `raw_logprobs`, is the plain softmax of
+the logits, which differs from the behaviour policy whenever temperature != 1, a penalty or
+truncation is on.
 
 Weight sync: a LoRA update is written as a peft folder and loaded under a new LoRA id (the old
 version is removed; a new id also keeps the prefix cache from serving stale KV); a full update is
@@ -253,7 +254,8 @@ class VLLMEngine(RolloutEngine):
         seed = p.seed if p.seed is not None else derive_seed(self.seed, call, index)
         return SamplingParams(
             n=int(p.n), temperature=float(p.temperature), top_p=float(p.top_p),
-            top_k=int(p.top_k), max_tokens=int(p.max_new_tokens),
+            top_k=int(p.top_k), max_tokens=int(p.max_new_tokens), min_p=float(p.min_p),
+            repetition_penalty=float(p.repetition_penalty),
             stop=list(p.stop) or None, stop_token_ids=list(stop_ids), seed=int(seed) % (2**31),
             logprobs=0)  # 0: the sampled token's own log-prob, nothing more
 
