@@ -36,7 +36,7 @@ from pettingllms.policies.training import (BATCH_LOSSES, ROLE_KEYS, adamw_kernel
 from pettingllms.records import Sample
 from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
 from pettingllms.utils.models import load_causal_lm, resolve_device, resolve_model_path, torch_dtype
-from pettingllms.utils.vision import is_vision_config, is_vision_folder, load_processor, load_vision_lm
+from pettingllms.utils.vision import is_vision_config, is_vision_folder, load_vision_lm, sample_pixels
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +174,9 @@ class PolicyWorker:
 
     def _pixels(self, samples: Sequence[Sample]) -> dict[str, Tensor]:
         """pixel_values / image_grid_thw of the samples' images, in row order ({} without images)."""
-        images = [im for s in samples for im in s.images]
-        if images and (not is_vision_config(self.model.config) or any(isinstance(im, str) for im in images)):
-            raise ValueError(f"policy {self.name!r}: samples carry images, but {self.spec.base} is not a vision-"
-                             "language model or they are hashes read back from a trajectory file")
-        if not images:
-            return {}
-        if self._processor is None:
-            self._processor = load_processor(self.spec.base)
-        return self._processor.pixel_inputs(images)
+        pixels, self._processor = sample_pixels(samples, self.model.config, self.spec.base, self._processor,
+                                                f"policy {self.name!r}")
+        return pixels
 
     def _forward(self, samples: Sequence[Sample], with_entropy: bool = False, model=None):
         pixels = self._pixels(samples)

@@ -186,3 +186,17 @@ def rope_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, grid_thw: 
     types = (ids == inner.config.image_token_id).to(torch.int32)
     positions, _ = inner.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=grid_thw, attention_mask=mask)
     return positions
+
+
+def sample_pixels(samples: Sequence[Any], config: Any, base: str, processor: VisionProcessor | None,
+                  who: str) -> tuple[dict[str, torch.Tensor], VisionProcessor | None]:
+    """pixel_values / image_grid_thw of the samples' images in row order ({} without images), and
+    the processor (loaded once, on the first images)."""
+    images = [im for s in samples for im in s.images]
+    if images and (not is_vision_config(config) or any(isinstance(im, str) for im in images)):
+        raise ValueError(f"{who}: samples carry images, but {base} is not a vision-language model or they "
+                         "are hashes read back from a trajectory file")
+    if not images:
+        return {}, processor
+    processor = processor or load_processor(base)
+    return processor.pixel_inputs(images), processor
