@@ -21,7 +21,7 @@ sandbox.
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import os
 import sys
 from dataclasses import dataclass, field
@@ -67,11 +67,14 @@ def search_path() -> list[str]:
 
 
 def program_spec(module: str) -> Any:
-    sys.path[:0] = [p for p in search_path() if p not in sys.path]
-    try:
-        return importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
+    """The module's spec if the child will find it, without importing it here."""
+    path, spec = search_path() + sys.path, None
+    for part in module.split("."):
+        spec = importlib.machinery.PathFinder.find_spec(part, path) if part.isidentifier() else None
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations or [])
+    return spec
 
 
 @register_env("graph")

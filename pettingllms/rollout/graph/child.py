@@ -17,6 +17,7 @@ import asyncio
 import importlib
 import inspect
 import json
+import os
 import sys
 import traceback
 from typing import Any
@@ -75,6 +76,8 @@ def load_program(spec: str, search: list[str]) -> Any:
 
 
 def main(spec_path: str) -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # our modules are not the program's
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
     result: dict[str, Any]

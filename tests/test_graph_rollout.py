@@ -1,0 +1,127 @@
+"""The graph runner (rollout.strategy=graph) on programs that behave and programs that do not:
+every call becomes a sample of the agent that made it, grouped by (problem, call index, agent),
+with its execution's outcome as reward; a program that raises, loops, exits, goes over its call
+budget or never calls the gateway gets reward 0 and a trace, and the run goes on. The engine is the
+scripted test double; the programs talk plain HTTP (urllib) to stay quick to start."""
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+
+from fakes import ScriptedEngine
+from pettingllms.algorithms.advantages import EPISODE_RETURN_KEY
+from pettingllms.envs import make_env
+from pettingllms.rollout.graph.runner import PROGRAM_STEP, GraphRollout
+from pettingllms.rollout.runner import RolloutSettings
+
+PROGRAM = textwrap.dedent('''
+    import json, os, time, urllib.request
+
+    def ask(clients, agent, content):
+        body = json.dumps({"model": "any", "messages": [{"role": "user", "content": content}]}).encode()
+        req = urllib.request.Request(clients.base_url(agent) + "/chat/completions", data=body, headers={
+            "Authorization": "Bearer " + clients.api_key, "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.load(r)["choices"][0]["message"]["content"]
+
+    def run(problem, clients):
+        mode = problem["mode"]
+        if mode == "silent":
+            return "\\\\boxed{5}"
+        draft = ask(clients, "solver", problem["question"])
+        if mode == "raises":
+            raise ValueError("the program broke")
+        if mode == "loops":
+            while True:
+                time.sleep(0.01)
+        if mode == "exits":
+            os._exit(3)
+        if mode == "greedy":
+            for _ in range(5):
+                ask(clients, "verifier", draft)
+        verdict = ask(clients, "verifier", draft)
+        return draft if "yes" in verdict else "no answer"
+''')
+MODES = ["ok", "raises", "loops", "exits", "greedy", "silent"]
+
+
+def script(req):
+    if req.policy == "pol_solver":  # by execution (request ids name it), whatever the batching
+        return ["\\boxed{5}" if "/graph0/" in req.request_id else "\\boxed{7}"]
+    return ["yes"]
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("graph_programs")
+    (folder / "toy_graph_program.py").write_text(PROGRAM)
+    mp = pytest.MonkeyPatch()
+    mp.chdir(folder)  # the program is imported from the working directory
+    try:
+        opts = dict(program="toy_graph_program", agents=["solver", "verifier"], max_calls=4, wall_s=3.0,
+                    workers=8)
+        engine = ScriptedEngine(script)
+        rollout = GraphRollout(engine, lambda: make_env("graph", **opts),
+                               {"solver": "pol_solver", "verifier": "pol_verifier"},
+                               RolloutSettings(strategy="graph", k=2, sampling={"max_new_tokens": 16}))
+        problems = [{"id": m, "mode": m, "question": "What is 2 + 3?", "answer": "5"} for m in MODES]
+        start = time.monotonic()
+        out = rollout.run(problems, seed=0)
+        return out, time.monotonic() - start
+    finally:
+        mp.undo()
+
+
+def episodes(batch, mode):
+    return [e for e in batch[0].episodes if e.problem_id == mode]
+
+
+def test_calls_become_samples_of_the_agent_that_made_them(batch):
+    ok = episodes(batch, "ok")
+    assert [e.episode_id for e in ok] == ["ok/graph0", "ok/graph1"]
+    rewards = sorted(e.trajectory.team_reward for e in ok)
+    assert rewards == [0.0, 1.0]  # execution 0 answered \boxed{5}, execution 1 \boxed{7}
+    for e in ok:
+        assert [(s.agent, s.turn, s.policy) for s in e.samples] == [("solver", 0, "pol_solver"),
+                                                                   ("verifier", 0, "pol_verifier")]
+        for s in e.samples:
+            assert s.reward == e.trajectory.team_reward and s.info[EPISODE_RETURN_KEY]
+            assert s.group_key == ("ok", 0, s.agent) and s.response_ids and len(s.logprobs) == len(s.response_ids)
+        last = e.trajectory.steps[-1]
+        assert last.agent == PROGRAM_STEP and last.info["ok"] and last.info["calls"] == 2
+        assert e.trajectory.success == (e.trajectory.team_reward == 1.0)
+
+
+@pytest.mark.parametrize("mode, error, calls", [
+    ("raises", "program: ValueError: the program broke", 1),
+    ("loops", "timeout: the program ran past env.options.wall_s=3.0s", 1),
+    ("exits", "exit: the program ended without a result (exit code 3)", 1),
+    ("greedy", "budget: more than 4 calls", 4),
+    ("silent", "no_calls: the program made 0 model call(s)", 0),
+])
+def test_a_failing_program_gets_zero_and_a_trace(batch, mode, error, calls):
+    for e in episodes(batch, mode):
+        last = e.trajectory.steps[-1]
+        assert e.trajectory.team_reward == 0.0 and not last.info["ok"]
+        assert last.info["error"].startswith(error), last.info["error"]
+        assert len(e.samples) == calls and all(s.reward == 0.0 for s in e.samples)
+        if mode == "raises":
+            assert "Traceback" in last.info["trace"] and "the program broke" in last.info["trace"]
+
+
+def test_the_run_is_bounded_by_the_wall_budget(batch):
+    out, seconds = batch
+    assert len(out.episodes) == 2 * len(MODES)
+    assert seconds < 3.0 + 10.0  # the looping program was killed at its wall budget, not waited for
+
+
+def test_a_program_that_cannot_be_found_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="program module 'no_such_program' not found"):
+        make_env("graph", program="no_such_program", agents=["a"])
+    (tmp_path / "prog.py").write_text("def run(p, c):\n    return 1\n")
+    with pytest.raises(ValueError, match="distinct agent names"):
+        make_env("graph", program="prog", agents=["a", "a"])
+    assert make_env("graph", program="prog:run", agents=["a", "b"]).agents == ("a", "b")
