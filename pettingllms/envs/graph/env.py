@@ -41,7 +41,7 @@ class GraphOptions:
     grader: dict[str, Any] = field(default_factory=dict)  # code: test_wall_s, test_memory_mb
     max_calls: int = 16  # model calls of one execution
     max_tokens: int = 32768  # prompt + response tokens over one execution's calls
-    wall_s: float = 120.0  # one execution, from start to answer
+    wall_s: float = 120.0  # one execution's own time (waiting on the engine is not counted)
     min_calls: int = 1  # fewer calls than this: reward 0 (a program that never asked the models)
     workers: int = 4  # executions running at once
     wait_s: float = 0.05  # how long a request waits for others to share its engine batch

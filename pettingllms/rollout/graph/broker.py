@@ -61,6 +61,14 @@ class Execution:
     tokens: int = 0
     error: str | None = None  # "budget: ..." once over a budget
     closed: bool = False
+    inflight: int = 0  # calls waiting on the engine now
+    inflight_since: float = 0.0
+    waited_s: float = 0.0  # time with at least one call waiting (not charged to the program)
+
+    def charged_s(self, elapsed: float) -> float:
+        """The program's own time out of `elapsed`: time spent waiting on the engine is not its."""
+        waiting = time.monotonic() - self.inflight_since if self.inflight else 0.0
+        return elapsed - self.waited_s - waiting
 
 
 @dataclass
@@ -146,8 +154,17 @@ class CallBroker:
                                         request_id=f"{ex.name}/{agent}/c{index}")
             item = _Pending(ex, agent, index, request, Future())
             self._pending.append(item)
+            if not ex.inflight:
+                ex.inflight_since = time.monotonic()
+            ex.inflight += 1
             self._cv.notify_all()
-        comps = item.future.result()  # raises the batch's GatewayError
+        try:
+            comps = item.future.result()  # raises the batch's GatewayError
+        finally:
+            with self._cv:
+                ex.inflight -= 1
+                if not ex.inflight:
+                    ex.waited_s += time.monotonic() - ex.inflight_since
         with self._cv:
             if ex.closed:
                 raise GatewayError(401, "invalid_api_key", "the execution ended while this call was answered")

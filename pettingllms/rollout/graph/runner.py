@@ -8,8 +8,9 @@ the trainer, advantages, metrics and evaluation use it unchanged. One run:
    (`child.py`), `env.options.workers` at a time, with its own API key; each model call the
    program makes is attributed to that execution and an agent, batched with the other
    executions' calls into one engine call, and kept with the engine's token ids and logprobs;
-3. the child is killed (its whole process group) past `wall_s` or once over `max_calls` /
-   `max_tokens`; its answer is graded by the env (math-verify or hidden tests).
+3. the child is killed (its whole process group) past `wall_s` of its own time (time its calls
+   spent waiting on the engine is not counted: a slow engine is not the program's fault) or once
+   over `max_calls` / `max_tokens`; its answer is graded by the env (math-verify or hidden tests).
 
 Records: one Episode per execution (`<problem>/graph<j>`). Every call's completions are Samples of
 the agent that made the call, with `turn` = that agent's call index in the execution, so
@@ -188,7 +189,7 @@ def _run_child(cmd: list[str], env: dict[str, str], tmp: Path, ex: Execution, wa
     with open(tmp / "stdout.txt", "wb") as out, open(tmp / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
                                 start_new_session=True)  # its own group: a kill takes its children too
-        deadline = time.monotonic() + wall_s
+        start = time.monotonic()
         reason: str | None = None
         while True:
             try:
@@ -196,7 +197,7 @@ def _run_child(cmd: list[str], env: dict[str, str], tmp: Path, ex: Execution, wa
             except subprocess.TimeoutExpired:
                 if ex.error:
                     reason = ex.error
-                elif time.monotonic() > deadline:
+                elif ex.charged_s(time.monotonic() - start) > wall_s:
                     reason = f"timeout: the program ran past env.options.wall_s={wall_s}s"
                 if reason:
                     break
