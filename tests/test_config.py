@@ -39,7 +39,8 @@ def test_group_option_composes(group, option):
     partner = {("rollout", "autoevol"): ["env=autoevol"], ("env", "autoevol"): ["rollout=autoevol"],
                ("env", "autoevol_code"): ["rollout=autoevol"],
                ("env", "autoevol_mixed"): ["rollout=autoevol"],
-               ("rollout", "graph"): ["env=graph"], ("env", "graph"): ["rollout=graph"]}.get((group, option), [])
+               ("rollout", "graph"): ["env=graph"], ("env", "graph"): ["rollout=graph"],
+               ("env", "graph_langgraph_code"): ["rollout=graph"]}.get((group, option), [])
     cfg = load_config(BASE, [f"{group}={option}", *partner])
     if group == "env":
         assert cfg.env.name  # the env file names its env

@@ -125,7 +125,9 @@ class GraphRollout:
         tmp = Path(tempfile.mkdtemp(prefix="plm-graph-"))
         start = time.monotonic()
         try:
-            spec = {"program": opts.program, "problem": env.problem, "url": gateway.url, "api_key": ex.token,
+            # the dataset row, plus the task as the grader states it (code: the signature to complete)
+            problem = {"task": env.question, **env.problem}
+            spec = {"program": opts.program, "problem": problem, "url": gateway.url, "api_key": ex.token,
                     "agents": list(opts.agents), "result": str(tmp / "result.json"), "search": search_path(),
                     "timeout_s": opts.wall_s}
             (tmp / "spec.json").write_text(json.dumps(spec, default=str), encoding="utf-8")
