@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from pettingllms.rollout.graph.runner import PROGRAM_STEP, GraphRollout
 from pettingllms.rollout.runner import RolloutSettings
 
 PROGRAM = textwrap.dedent('''
-    import json, os, time, urllib.request
+    import json, os, subprocess, sys, time, urllib.request
 
     def ask(clients, agent, content):
         body = json.dumps({"model": "any", "messages": [{"role": "user", "content": content}]}).encode()
@@ -38,13 +39,19 @@ PROGRAM = textwrap.dedent('''
                 time.sleep(0.01)
         if mode == "exits":
             os._exit(3)
+        if mode == "spawns":  # a helper process of its own, then a hang: the kill must take both
+            helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            with open(f"helper_{helper.pid}.pid", "w") as f:
+                f.write(str(helper.pid))
+            while True:
+                time.sleep(0.01)
         if mode == "greedy":
             for _ in range(5):
                 ask(clients, "verifier", draft)
         verdict = ask(clients, "verifier", draft)
         return draft if "yes" in verdict else "no answer"
 ''')
-MODES = ["ok", "raises", "loops", "exits", "greedy", "silent"]
+MODES = ["ok", "raises", "loops", "exits", "greedy", "silent", "spawns"]
 
 
 def script(req):
@@ -61,7 +68,7 @@ def batch(tmp_path_factory):
     mp.chdir(folder)  # the program is imported from the working directory
     try:
         opts = dict(program="toy_graph_program", agents=["solver", "verifier"], max_calls=4, wall_s=3.0,
-                    workers=8)
+                    workers=14)
         engine = ScriptedEngine(script)
         rollout = GraphRollout(engine, lambda: make_env("graph", **opts),
                                {"solver": "pol_solver", "verifier": "pol_verifier"},
@@ -69,7 +76,7 @@ def batch(tmp_path_factory):
         problems = [{"id": m, "mode": m, "question": "What is 2 + 3?", "answer": "5"} for m in MODES]
         start = time.monotonic()
         out = rollout.run(problems, seed=0)
-        return out, time.monotonic() - start
+        return out, time.monotonic() - start, folder
     finally:
         mp.undo()
 
@@ -97,6 +104,7 @@ def test_calls_become_samples_of_the_agent_that_made_them(batch):
 @pytest.mark.parametrize("mode, error, calls", [
     ("raises", "program: ValueError: the program broke", 1),
     ("loops", "timeout: the program ran past env.options.wall_s=3.0s", 1),
+    ("spawns", "timeout: the program ran past env.options.wall_s=3.0s", 1),
     ("exits", "exit: the program ended without a result (exit code 3)", 1),
     ("greedy", "budget: more than 4 calls", 4),
     ("silent", "no_calls: the program made 0 model call(s)", 0),
@@ -112,9 +120,23 @@ def test_a_failing_program_gets_zero_and_a_trace(batch, mode, error, calls):
 
 
 def test_the_run_is_bounded_by_the_wall_budget(batch):
-    out, seconds = batch
+    out, seconds, _ = batch
     assert len(out.episodes) == 2 * len(MODES)
+    assert out.counters["graph/runs"] == 14.0 and out.counters["graph/errors"] == 12.0  # as metrics
+    assert out.counters["graph/errors/timeout"] == 4.0
+    assert all(out.counters[f"graph/errors/{kind}"] == 2.0 for kind in ("program", "exit", "budget", "no_calls"))
     assert seconds < 3.0 + 10.0  # the looping program was killed at its wall budget, not waited for
+
+
+def test_a_stopped_program_takes_its_own_processes_with_it(batch):
+    pids = [int(p.read_text()) for p in batch[2].glob("helper_*.pid")]
+    assert len(pids) == 2
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            continue  # gone
+        assert state == "Z", f"helper {pid} of a killed program is still running ({state})"
 
 
 def test_a_program_that_cannot_be_found_is_a_config_error(tmp_path, monkeypatch):

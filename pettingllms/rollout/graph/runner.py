@@ -29,7 +29,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,7 @@ from pettingllms.rollout.engines.base import RolloutEngine
 from pettingllms.rollout.graph.broker import Call, CallBroker, Execution
 from pettingllms.rollout.graph.gateway import Gateway
 from pettingllms.rollout.runner import RolloutSettings, derive_seed, unique_keys
+from pettingllms.utils import counters
 from pettingllms.utils.counters import counted
 
 CHILD = str(Path(__file__).with_name("child.py"))
@@ -52,6 +55,18 @@ _TAIL = 4000
 QUIET_ENV = {"OTEL_SDK_DISABLED": "true", "LANGCHAIN_TRACING_V2": "false", "LANGSMITH_TRACING": "false",
              "OPENAI_AGENTS_DISABLE_TRACING": "1", "AUTOGEN_DISABLE_RUNTIME_TRACING": "true",
              "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+_counts: Counter = Counter()
+_counts_lock = threading.Lock()
+
+
+def _graph_counts() -> dict[str, int]:
+    with _counts_lock:
+        return dict(_counts)
+
+
+# per-run metrics on Batch.counters: graph/runs (executions), graph/errors/<kind> (failed ones)
+counters.register("graph", _graph_counts)
 
 
 @dataclass
@@ -149,6 +164,10 @@ class GraphRollout:
         error = ex.error or (stopped if isinstance(stopped, str) else None) or report.get("error")
         if error is None and len(calls) < opts.min_calls:
             error = f"no_calls: the program made {len(calls)} model call(s) (env.options.min_calls={opts.min_calls})"
+        with _counts_lock:
+            _counts["runs"] += 1
+            if error is not None:
+                _counts[f"errors/{error.split(':', 1)[0]}"] += 1
         answer = report.get("answer") if error is None else None
         outcome = env.grade(answer) if error is None else 0.0
         return ExecutionResult(key=key, index=j, outcome=float(outcome), ok=error is None, answer=answer,
