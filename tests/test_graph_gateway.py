@@ -171,3 +171,34 @@ def test_fifty_concurrent_executions_share_engine_batches(served):
     batches = broker.batches[batches_before:]
     assert sum(batches) == 50 and len(engine.calls) - calls_before == len(batches)
     assert max(batches) > 1, batches  # concurrent requests shared engine calls
+
+
+class Failing(ScriptedEngine):
+    """Refuses prompts that mention 'bad' (ValueError, as an engine does for what it cannot render)
+    and breaks on 'crash' (anything else: the engine's own failure)."""
+
+    def generate(self, requests):
+        text = " ".join(m["content"] for r in requests for m in r.messages)
+        if "crash" in text:
+            raise RuntimeError("out of memory")
+        if any("bad" in m["content"] for r in requests for m in r.messages):
+            raise ValueError("cannot render this prompt")
+        return super().generate(requests)
+
+
+def test_engine_refusals_and_failures():
+    broker = CallBroker(Failing(reply_for), AGENTS, SAMPLING, wait_s=0.05)
+    gateway = Gateway(broker)
+    try:
+        ex = broker.open("t/fail", seed=6, max_calls=10, max_tokens=10**6)
+        c = client(gateway, ex, "solver")
+        with pytest.raises(openai.BadRequestError, match="cannot render"):
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "bad"}])
+        assert broker.engine_error is None  # a refused request is the program's problem, not the engine's
+        with pytest.raises(openai.InternalServerError, match="engine failed"):
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "crash"}])
+        assert isinstance(broker.engine_error, RuntimeError)  # kept: the runner raises it
+        assert broker.close(ex) == []
+    finally:
+        gateway.close()
+        broker.shutdown()

@@ -199,8 +199,9 @@ class CallBroker:
         self.batches.append(len(batch))
         try:
             outputs = self.engine.generate([p.request for p in batch])
-            if len(outputs) != len(batch):
-                raise RuntimeError(f"engine returned {len(outputs)} results for {len(batch)} requests")
+            if len(outputs) != len(batch) or any(len(o) != p.request.params.n for o, p in zip(outputs, batch)):
+                raise RuntimeError(f"engine returned {[len(o) for o in outputs]} completions for requests "
+                                   f"with n={[p.request.params.n for p in batch]}")
         except ValueError as e:  # a request the engine refuses (e.g. messages it cannot render)
             if len(batch) == 1:
                 batch[0].future.set_exception(GatewayError(400, "invalid_request_error", str(e)))
