@@ -151,10 +151,11 @@ def test_fifty_concurrent_executions_share_engine_batches(served):
     executions = [broker.open(f"t/c{i}", seed=i, max_calls=4, max_tokens=10**6) for i in range(50)]
     batches_before, calls_before = len(broker.batches), len(engine.calls)
     texts: dict[int, str] = {}
+    shared = {a: client(gateway, executions[0], a) for a in AGENTS}  # one connection pool per agent
 
     def one(i):
         agent = "solver" if i % 2 else "verifier"
-        r = client(gateway, executions[i], agent).chat.completions.create(
+        r = shared[agent].with_options(api_key=executions[i].token).chat.completions.create(
             model="m", messages=[{"role": "user", "content": f"q{i}"}])
         texts[i] = r.choices[0].message.content
 
