@@ -203,3 +203,19 @@ def test_engine_refusals_and_failures():
     finally:
         gateway.close()
         broker.shutdown()
+
+
+def test_responses_api(served):
+    engine, broker, gateway = served
+    ex = broker.open("t/resp", seed=7, max_calls=10, max_tokens=10**6)
+    r = client(gateway, ex, "verifier").responses.create(model="gpt-4o-mini", instructions="be brief",
+                                                          input="hello", max_output_tokens=5)
+    assert r.output_text == "p_verifier:hello#0" and r.usage.output_tokens == len(r.output_text) + 1
+    req = engine.calls[-1][0]
+    assert req.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    assert req.params.max_new_tokens == 5
+    r = client(gateway, ex).responses.create(model="solver", input=[{"role": "user", "content": "x"}])
+    assert r.output_text == "p_solver:x#0"
+    with pytest.raises(openai.BadRequestError, match="input"):
+        client(gateway, ex, "solver").responses.create(model="m", input=[])
+    assert [(c.agent, c.index) for c in broker.close(ex)] == [("verifier", 0), ("solver", 0)]

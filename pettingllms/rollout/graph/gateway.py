@@ -3,6 +3,7 @@
     POST /v1/chat/completions                 the agent is the request's `model`
     POST /agents/<agent>/v1/chat/completions  the agent is in the URL (`model` is ignored, so a
                                               framework may send a stock name such as gpt-4o-mini)
+    POST /v1/responses, /agents/<agent>/v1/responses   the Responses API, text in and out only
     GET  /v1/models, /agents/<agent>/v1/models
 
 Every request carries its execution's token as the API key (`Authorization: Bearer ...`): that is
@@ -16,8 +17,9 @@ Why flask: it is a core dependency (FastAPI and uvicorn come only with the verl/
 the engine behind the gateway is synchronous and batched by `CallBroker`, so an async server
 would add nothing but a dependency; werkzeug's threaded server gives each connection a thread,
 which blocks in `CallBroker.submit` until its batch is answered. Async clients work as well
-(HTTP is HTTP). `stream: true` is answered as server-sent events holding the whole reply in one
-chunk (plus a usage chunk when `stream_options.include_usage` asks for it).
+(HTTP is HTTP). Tool definitions and response formats are not enforced: the reply is the
+policy's text. `stream: true` on chat completions is answered as server-sent events holding the
+whole reply in one chunk (plus a usage chunk when `stream_options.include_usage` asks for it).
 """
 from __future__ import annotations
 
@@ -86,6 +88,24 @@ def parse_chat(body: Any) -> dict[str, Any]:
             "include_usage": bool(isinstance(opts, dict) and opts.get("include_usage"))}
 
 
+def parse_responses(body: Any) -> dict[str, Any]:
+    """A Responses-API body (`input`: a string or a list of messages; `instructions`: a system
+    prompt; `max_output_tokens`) as the chat fields `parse_chat` returns."""
+    if not isinstance(body, dict):
+        raise GatewayError(400, "invalid_request_error", "the body must be a JSON object")
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise GatewayError(400, "invalid_request_error", "'input' must be a string or a non-empty list")
+    if any(isinstance(m, dict) and m.get("type", "message") != "message" for m in items):
+        raise GatewayError(400, "invalid_request_error", "only message items are supported in 'input'")
+    messages = [{"role": m.get("role"), "content": m.get("content")} if isinstance(m, dict) else m for m in items]
+    if isinstance(body.get("instructions"), str):
+        messages.insert(0, {"role": "system", "content": body["instructions"]})
+    return parse_chat({"messages": messages, "max_tokens": body.get("max_output_tokens")})
+
+
 def _error(e: GatewayError):
     from flask import jsonify
 
@@ -142,6 +162,32 @@ def create_app(broker: CallBroker):
         text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
         return Response(text, mimetype="text/event-stream")
 
+    def respond(agent: str | None):
+        """POST /v1/responses: one reply as a Responses-API object (no streaming, no tools)."""
+        ex = broker.execution(token())
+        try:
+            body = json.loads(request.get_data() or b"null")
+        except ValueError:
+            raise GatewayError(400, "invalid_request_error", "the body is not valid JSON") from None
+        req = parse_responses(body)
+        if body.get("stream"):
+            raise GatewayError(400, "invalid_request_error", "streaming is not served on /v1/responses")
+        if agent is None:
+            agent = body.get("model") if isinstance(body.get("model"), str) else ""
+        broker.check_agent(agent)
+        [c] = broker.submit(ex, agent, req["messages"], max_tokens=req["max_tokens"])
+        rid = f"resp_{uuid.uuid4().hex}"
+        return jsonify({"id": rid, "object": "response", "created_at": int(time.time()), "model": agent,
+                        "status": "completed", "output": [{
+                            "type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": c.text, "annotations": []}]}],
+                        "usage": {"input_tokens": len(c.prompt_ids), "output_tokens": len(c.response_ids),
+                                  "total_tokens": len(c.prompt_ids) + len(c.response_ids)},
+                        "parallel_tool_calls": False, "tool_choice": "none", "tools": []})
+
+    app.add_url_rule("/v1/responses", "responses", lambda: respond(None), methods=["POST"])
+    app.add_url_rule("/agents/<agent>/v1/responses", "agent_responses", respond, methods=["POST"])
     app.add_url_rule("/v1/models", "models", lambda: models(sorted(broker.agent_policy)))
     app.add_url_rule("/agents/<agent>/v1/models", "agent_models",
                      lambda agent: models([broker.check_agent(agent)]))
