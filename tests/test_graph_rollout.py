@@ -27,8 +27,18 @@ PROGRAM = textwrap.dedent('''
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.load(r)["choices"][0]["message"]["content"]
 
+    async def both_at_once(problem, clients):  # an async program whose two agents call concurrently
+        import asyncio
+        loop = asyncio.get_running_loop()
+        draft, verdict = await asyncio.gather(
+            loop.run_in_executor(None, ask, clients, "solver", problem["question"]),
+            loop.run_in_executor(None, ask, clients, "verifier", "check"))
+        return draft
+
     def run(problem, clients):
         mode = problem["mode"]
+        if mode == "async":
+            return both_at_once(problem, clients)
         if mode == "silent":
             return "\\\\boxed{5}"
         draft = ask(clients, "solver", problem["question"])
@@ -51,7 +61,7 @@ PROGRAM = textwrap.dedent('''
         verdict = ask(clients, "verifier", draft)
         return draft if "yes" in verdict else "no answer"
 ''')
-MODES = ["ok", "raises", "loops", "exits", "greedy", "silent", "spawns"]
+MODES = ["ok", "async", "raises", "loops", "exits", "greedy", "silent", "spawns"]
 
 
 def script(req):
@@ -68,7 +78,7 @@ def batch(tmp_path_factory):
     mp.chdir(folder)  # the program is imported from the working directory
     try:
         opts = dict(program="toy_graph_program", agents=["solver", "verifier"], max_calls=4, wall_s=3.0,
-                    workers=14)
+                    workers=16)
         engine = ScriptedEngine(script)
         rollout = GraphRollout(engine, lambda: make_env("graph", **opts),
                                {"solver": "pol_solver", "verifier": "pol_verifier"},
@@ -101,6 +111,14 @@ def test_calls_become_samples_of_the_agent_that_made_them(batch):
         assert e.trajectory.success == (e.trajectory.team_reward == 1.0)
 
 
+def test_an_async_program_with_concurrent_calls(batch):
+    first, second = episodes(batch, "async")
+    assert (first.trajectory.team_reward, second.trajectory.team_reward) == (1.0, 0.0)
+    for e in (first, second):
+        assert sorted((s.agent, s.turn) for s in e.samples) == [("solver", 0), ("verifier", 0)]
+        assert sorted(s.info["call"] for s in e.samples) == [0, 1]
+
+
 @pytest.mark.parametrize("mode, error, calls", [
     ("raises", "program: ValueError: the program broke", 1),
     ("loops", "timeout: the program ran past env.options.wall_s=3.0s", 1),
@@ -122,7 +140,7 @@ def test_a_failing_program_gets_zero_and_a_trace(batch, mode, error, calls):
 def test_the_run_is_bounded_by_the_wall_budget(batch):
     out, seconds, _ = batch
     assert len(out.episodes) == 2 * len(MODES)
-    assert out.counters["graph/runs"] == 14.0 and out.counters["graph/errors"] == 12.0  # as metrics
+    assert out.counters["graph/runs"] == 16.0 and out.counters["graph/errors"] == 12.0  # as metrics
     assert out.counters["graph/errors/timeout"] == 4.0
     assert all(out.counters[f"graph/errors/{kind}"] == 2.0 for kind in ("program", "exit", "budget", "no_calls"))
     assert seconds < 3.0 + 10.0  # the looping program was killed at its wall budget, not waited for
