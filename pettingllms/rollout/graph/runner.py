@@ -33,7 +33,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -70,7 +70,8 @@ counters.register("graph", _graph_counts)
 
 
 @dataclass
-class ExecutionResult:
+class ProgramRun:
+    """One execution of the program, as the runner saw it."""
     key: str
     index: int  # execution index within its problem
     outcome: float
@@ -83,7 +84,6 @@ class ExecutionResult:
     trace: str = ""  # the program's traceback, if it raised
     stdout: str = ""  # tails of what it printed
     stderr: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 class GraphRollout:
@@ -134,7 +134,7 @@ class GraphRollout:
 
     # ------------------------------------------------------------------ one execution
     def _execute(self, broker: CallBroker, gateway: Gateway, key: str, env: GraphEnv, j: int,
-                 seed: int) -> ExecutionResult:
+                 seed: int) -> ProgramRun:
         opts = env.opts
         ex = broker.open(f"{key}/graph{j}", derive_seed(seed, key, j, "graph"), opts.max_calls, opts.max_tokens)
         tmp = Path(tempfile.mkdtemp(prefix="plm-graph-"))
@@ -170,12 +170,12 @@ class GraphRollout:
                 _counts[f"errors/{error.split(':', 1)[0]}"] += 1
         answer = report.get("answer") if error is None else None
         outcome = env.grade(answer) if error is None else 0.0
-        return ExecutionResult(key=key, index=j, outcome=float(outcome), ok=error is None, answer=answer,
+        return ProgramRun(key=key, index=j, outcome=float(outcome), ok=error is None, answer=answer,
                                error=error, calls=calls, tokens=ex.tokens, wall_s=wall,
                                trace=str(report.get("trace", "")), stdout=out, stderr=err)
 
     # ------------------------------------------------------------------ records
-    def _episode(self, r: ExecutionResult, env: GraphEnv) -> Episode:
+    def _episode(self, r: ProgramRun, env: GraphEnv) -> Episode:
         episode = Episode(problem_id=r.key, episode_id=f"{r.key}/graph{r.index}", env=env.name,
                           problem=dict(env.problem))
         group_by = self.settings.group_by
