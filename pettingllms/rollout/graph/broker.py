@@ -169,7 +169,7 @@ class CallBroker:
             if ex.closed:
                 raise GatewayError(401, "invalid_api_key", "the execution ended while this call was answered")
             ex.calls.append(Call(agent=agent, index=index, order=order, messages=messages, completions=comps))
-            ex.tokens += sum(len(c.prompt_ids) + len(c.response_ids) for c in comps)
+            ex.tokens += len(comps[0].prompt_ids) + sum(len(c.response_ids) for c in comps)  # one prompt, n replies
             if ex.tokens > ex.max_tokens and not ex.error:
                 ex.error = f"budget: {ex.tokens} tokens (limit {ex.max_tokens})"
         return comps
