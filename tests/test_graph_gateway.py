@@ -144,6 +144,13 @@ def test_call_budget_refuses_and_marks_the_execution(served):
     with pytest.raises(openai.PermissionDeniedError, match="more than 1 calls"):
         c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
     assert ex.error == "budget: more than 1 calls" and len(broker.close(ex)) == 1
+    ex = broker.open("t/tokens", seed=5, max_calls=10, max_tokens=15)
+    c = client(gateway, ex, "solver")
+    r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])  # the call that crosses
+    assert ex.tokens == r.usage.total_tokens > 15 and ex.error == f"budget: {ex.tokens} tokens (limit 15)"
+    with pytest.raises(openai.PermissionDeniedError, match="tokens"):
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    assert len(broker.close(ex)) == 1
 
 
 def test_fifty_concurrent_executions_share_engine_batches(served):
