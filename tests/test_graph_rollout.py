@@ -55,13 +55,19 @@ PROGRAM = textwrap.dedent('''
                 f.write(str(helper.pid))
             while True:
                 time.sleep(0.01)
+        if mode == "chatty":  # prints 5 MB and leaves a helper running, then answers normally
+            helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            with open(f"helper_{helper.pid}.pid", "w") as f:
+                f.write(str(helper.pid))
+            for i in range(5000):
+                print(f"line {i} " + "x" * 1000)
         if mode == "greedy":
             for _ in range(5):
                 ask(clients, "verifier", draft)
         verdict = ask(clients, "verifier", draft)
         return draft if "yes" in verdict else "no answer"
 ''')
-MODES = ["ok", "async", "raises", "loops", "exits", "greedy", "silent", "spawns"]
+MODES = ["ok", "async", "chatty", "raises", "loops", "exits", "greedy", "silent", "spawns"]
 
 
 def script(req):
@@ -78,7 +84,7 @@ def batch(tmp_path_factory):
     mp.chdir(folder)  # the program is imported from the working directory
     try:
         opts = dict(program="toy_graph_program", agents=["solver", "verifier"], max_calls=4, wall_s=3.0,
-                    workers=16)
+                    workers=18)
         engine = ScriptedEngine(script)
         rollout = GraphRollout(engine, lambda: make_env("graph", **opts),
                                {"solver": "pol_solver", "verifier": "pol_verifier"},
@@ -140,15 +146,23 @@ def test_a_failing_program_gets_zero_and_a_trace(batch, mode, error, calls):
 def test_the_run_is_bounded_by_the_wall_budget(batch):
     out, seconds, _ = batch
     assert len(out.episodes) == 2 * len(MODES)
-    assert out.counters["graph/runs"] == 16.0 and out.counters["graph/errors"] == 12.0  # as metrics
+    assert out.counters["graph/runs"] == 18.0 and out.counters["graph/errors"] == 12.0  # as metrics
     assert out.counters["graph/errors/timeout"] == 4.0
     assert all(out.counters[f"graph/errors/{kind}"] == 2.0 for kind in ("program", "exit", "budget", "no_calls"))
     assert seconds < 3.0 + 10.0  # the looping program was killed at its wall budget, not waited for
 
 
-def test_a_stopped_program_takes_its_own_processes_with_it(batch):
+def test_a_chatty_program_keeps_only_its_output_tail(batch):
+    for e in episodes(batch, "chatty"):
+        last = e.trajectory.steps[-1]
+        assert last.info["ok"] and last.info["stdout"].endswith("line 4999 " + "x" * 1000 + "\n")
+        assert len(last.info["stdout"]) <= 4000
+
+
+def test_a_program_takes_its_own_processes_with_it(batch):
+    """Stopped at its wall budget (spawns) or ended normally (chatty), its helpers are killed too."""
     pids = [int(p.read_text()) for p in batch[2].glob("helper_*.pid")]
-    assert len(pids) == 2
+    assert len(pids) == 4
     for pid in pids:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]

@@ -10,7 +10,8 @@ the trainer, advantages, metrics and evaluation use it unchanged. One run:
    executions' calls into one engine call, and kept with the engine's token ids and logprobs;
 3. the child is killed (its whole process group) past `wall_s` of its own time (time its calls
    spent waiting on the engine is not counted: a slow engine is not the program's fault) or once
-   over `max_calls` / `max_tokens`; its answer is graded by the env (math-verify or hidden tests).
+   over `max_calls` / `max_tokens` (after a normal end too, so helpers it left running go with
+   it); its answer is graded by the env (math-verify or hidden tests).
 
 Records: one Episode per execution (`<problem>/graph<j>`). Every call's completions are Samples of
 the agent that made the call, with `turn` = that agent's call index in the execution, so
@@ -148,11 +149,10 @@ class GraphRollout:
             (tmp / "spec.json").write_text(json.dumps(spec, default=str), encoding="utf-8")
             child_env = {**os.environ, **QUIET_ENV, "OPENAI_BASE_URL": f"{gateway.url}/v1",
                          "OPENAI_API_KEY": ex.token, "PYTHONUNBUFFERED": "1"}
-            stopped = _run_child([sys.executable, CHILD, str(tmp / "spec.json")], child_env, tmp, ex,
-                                 opts.wall_s)
+            stopped, out, err = _run_child([sys.executable, CHILD, str(tmp / "spec.json")], child_env, ex,
+                                           opts.wall_s)
             calls = broker.close(ex)
             wall = time.monotonic() - start
-            out, err = (_tail(tmp / name) for name in ("stdout.txt", "stderr.txt"))
             try:
                 report = json.loads((tmp / "result.json").read_text(encoding="utf-8"))
             except (OSError, ValueError):
@@ -205,34 +205,38 @@ class GraphRollout:
         return episode
 
 
-def _run_child(cmd: list[str], env: dict[str, str], tmp: Path, ex: Execution, wall_s: float) -> int | str:
-    """Run the program; its exit code, or why it was stopped ("timeout: ..." / the budget error)."""
-    with open(tmp / "stdout.txt", "wb") as out, open(tmp / "stderr.txt", "wb") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                start_new_session=True)  # its own group: a kill takes its children too
-        start = time.monotonic()
-        reason: str | None = None
-        while True:
-            try:
-                return proc.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                if ex.error:
-                    reason = ex.error
-                elif ex.charged_s(time.monotonic() - start) > wall_s:
-                    reason = f"timeout: the program ran past env.options.wall_s={wall_s}s"
-                if reason:
-                    break
+def _run_child(cmd: list[str], env: dict[str, str], ex: Execution, wall_s: float) -> tuple[int | str, str, str]:
+    """Run the program: (its exit code, or why it was stopped: "timeout: ..." / the budget error; the
+    tails of its stdout and stderr). Output goes through pipes of which only the tails are kept, so a
+    program printing in a loop cannot fill the disk. Its whole process group is killed at the end
+    (also after a normal exit: helper processes it left behind go with it)."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, start_new_session=True)  # its own group: a kill takes its children too
+    tails = [b"", b""]
+
+    def drain(stream: Any, i: int) -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            tails[i] = (tails[i] + chunk)[-_TAIL:]
+
+    readers = [threading.Thread(target=drain, args=(st, i), daemon=True)
+               for i, st in enumerate((proc.stdout, proc.stderr))]
+    for r in readers:
+        r.start()
+    start = time.monotonic()
+    result: int | str | None = None
+    while result is None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        return reason
-
-
-def _tail(path: Path) -> str:
+            result = proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            if ex.error:
+                result = ex.error
+            elif ex.charged_s(time.monotonic() - start) > wall_s:
+                result = f"timeout: the program ran past env.options.wall_s={wall_s}s"
     try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-_TAIL:].decode("utf-8", "replace")
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    for r in readers:
+        r.join(timeout=2)  # a process that left the group may still hold the pipe: do not wait on it
+    return result, *(t.decode("utf-8", "replace") for t in tails)
