@@ -35,10 +35,18 @@ PROGRAM = textwrap.dedent('''
             loop.run_in_executor(None, ask, clients, "verifier", "check"))
         return draft
 
+    async def with_helpers(problem, clients):  # the clients object's own openai clients
+        msgs = [{"role": "user", "content": problem["question"]}]
+        draft = clients["solver"].chat.completions.create(model="x", messages=msgs).choices[0].message.content
+        check = await clients.async_openai("verifier").chat.completions.create(model="x", messages=msgs)
+        return draft if check.choices[0].message.content == "yes" else "no answer"
+
     def run(problem, clients):
         mode = problem["mode"]
         if mode == "async":
             return both_at_once(problem, clients)
+        if mode == "helpers":
+            return with_helpers(problem, clients)
         if mode == "silent":
             return "\\\\boxed{5}"
         draft = ask(clients, "solver", problem["question"])
@@ -76,25 +84,33 @@ def script(req):
     return ["yes"]
 
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("graph_programs")
+def play(folder, modes, **options):
+    """Both executions of every mode's problem, with the program above and the scripted engine."""
     (folder / "toy_graph_program.py").write_text(PROGRAM)
     mp = pytest.MonkeyPatch()
     mp.chdir(folder)  # the program is imported from the working directory
     try:
-        opts = dict(program="toy_graph_program", agents=["solver", "verifier"], max_calls=4, wall_s=3.0,
-                    workers=18)
-        engine = ScriptedEngine(script)
-        rollout = GraphRollout(engine, lambda: make_env("graph", **opts),
+        opts = dict(program="toy_graph_program", agents=["solver", "verifier"], max_calls=4, **options)
+        rollout = GraphRollout(ScriptedEngine(script), lambda: make_env("graph", **opts),
                                {"solver": "pol_solver", "verifier": "pol_verifier"},
                                RolloutSettings(strategy="graph", k=2, sampling={"max_new_tokens": 16}))
-        problems = [{"id": m, "mode": m, "question": "What is 2 + 3?", "answer": "5"} for m in MODES]
+        problems = [{"id": m, "mode": m, "question": "What is 2 + 3?", "answer": "5"} for m in modes]
         start = time.monotonic()
         out = rollout.run(problems, seed=0)
         return out, time.monotonic() - start, folder
     finally:
         mp.undo()
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    return play(tmp_path_factory.mktemp("graph_programs"), MODES, wall_s=3.0, workers=18)
+
+
+@pytest.fixture(scope="module")
+def helpers_batch(tmp_path_factory):
+    """The clients object's openai helpers (importing openai takes longer than 3 s on a busy box)."""
+    return play(tmp_path_factory.mktemp("graph_helpers"), ["helpers"], wall_s=60.0)
 
 
 def episodes(batch, mode):
@@ -117,8 +133,9 @@ def test_calls_become_samples_of_the_agent_that_made_them(batch):
         assert e.trajectory.success == (e.trajectory.team_reward == 1.0)
 
 
-def test_an_async_program_with_concurrent_calls(batch):
-    first, second = episodes(batch, "async")
+@pytest.mark.parametrize("mode", ["async", "helpers"])
+def test_async_programs_and_the_clients_helpers(batch, helpers_batch, mode):
+    first, second = episodes(helpers_batch if mode == "helpers" else batch, mode)
     assert (first.trajectory.team_reward, second.trajectory.team_reward) == (1.0, 0.0)
     for e in (first, second):
         assert sorted((s.agent, s.turn) for s in e.samples) == [("solver", 0), ("verifier", 0)]
