@@ -18,6 +18,7 @@ import importlib
 import inspect
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Any
@@ -75,11 +76,25 @@ def load_program(spec: str, search: list[str]) -> Any:
     return fn
 
 
+def die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL to this process when the trainer thread that started it dies (kill -9 of the
+    trainer included), so no program outlives its run; elsewhere a no-op."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the call above
+        os._exit(1)
+
+
 def main(spec_path: str) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # our modules are not the program's
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
+    if spec.get("parent"):
+        die_with_parent(int(spec["parent"]))
     result: dict[str, Any]
     try:
         fn = load_program(spec["program"], spec.get("search", []))

@@ -145,6 +145,7 @@ class GraphRollout:
             problem = {"task": env.question, **env.problem}
             spec = {"program": opts.program, "problem": problem, "url": gateway.url, "api_key": ex.token,
                     "agents": list(opts.agents), "result": str(tmp / "result.json"), "search": search_path(),
+                    "parent": os.getpid(),
                     "timeout_s": opts.wall_s}
             (tmp / "spec.json").write_text(json.dumps(spec, default=str), encoding="utf-8")
             child_env = {**os.environ, **QUIET_ENV, "OPENAI_BASE_URL": f"{gateway.url}/v1",
