@@ -20,10 +20,14 @@ from pettingllms.rollout.runner import RolloutSettings
 PROGRAM = textwrap.dedent('''
     import json, os, subprocess, sys, time, urllib.request
 
-    def ask(clients, agent, content):
-        body = json.dumps({"model": "any", "messages": [{"role": "user", "content": content}]}).encode()
-        req = urllib.request.Request(clients.base_url(agent) + "/chat/completions", data=body, headers={
-            "Authorization": "Bearer " + clients.api_key, "Content-Type": "application/json"})
+    def ask(clients, agent, content, by_env=False):
+        # by_env: a stock client configured only by OPENAI_BASE_URL / OPENAI_API_KEY, agent in `model`
+        body = json.dumps({"model": agent if by_env else "any",
+                           "messages": [{"role": "user", "content": content}]}).encode()
+        url = os.environ["OPENAI_BASE_URL"] if by_env else clients.base_url(agent)
+        key = os.environ["OPENAI_API_KEY"] if by_env else clients.api_key
+        req = urllib.request.Request(url + "/chat/completions", data=body, headers={
+            "Authorization": "Bearer " + key, "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.load(r)["choices"][0]["message"]["content"]
 
@@ -49,7 +53,8 @@ PROGRAM = textwrap.dedent('''
             return with_helpers(problem, clients)
         if mode == "silent":
             return "\\\\boxed{5}"
-        draft = ask(clients, "solver", problem["question"])
+        by_env = mode == "env"
+        draft = ask(clients, "solver", problem["question"], by_env)
         if mode == "raises":
             raise ValueError("the program broke")
         if mode == "loops":
@@ -72,10 +77,10 @@ PROGRAM = textwrap.dedent('''
         if mode == "greedy":
             for _ in range(5):
                 ask(clients, "verifier", draft)
-        verdict = ask(clients, "verifier", draft)
+        verdict = ask(clients, "verifier", draft, by_env)
         return draft if "yes" in verdict else "no answer"
 ''')
-MODES = ["ok", "async", "chatty", "raises", "loops", "exits", "greedy", "silent", "spawns"]
+MODES = ["ok", "env", "async", "chatty", "raises", "loops", "exits", "greedy", "silent", "spawns"]
 
 
 def script(req):
@@ -104,7 +109,7 @@ def play(folder, modes, **options):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    return play(tmp_path_factory.mktemp("graph_programs"), MODES, wall_s=3.0, workers=18)
+    return play(tmp_path_factory.mktemp("graph_programs"), MODES, wall_s=3.0, workers=20)
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +122,10 @@ def episodes(batch, mode):
     return [e for e in batch[0].episodes if e.problem_id == mode]
 
 
-def test_calls_become_samples_of_the_agent_that_made_them(batch):
-    ok = episodes(batch, "ok")
-    assert [e.episode_id for e in ok] == ["ok/graph0", "ok/graph1"]
+@pytest.mark.parametrize("mode", ["ok", "env"])
+def test_calls_become_samples_of_the_agent_that_made_them(batch, mode):
+    ok = episodes(batch, mode)
+    assert [e.episode_id for e in ok] == [f"{mode}/graph0", f"{mode}/graph1"]
     rewards = sorted(e.trajectory.team_reward for e in ok)
     assert rewards == [0.0, 1.0]  # execution 0 answered \boxed{5}, execution 1 \boxed{7}
     for e in ok:
@@ -127,7 +133,7 @@ def test_calls_become_samples_of_the_agent_that_made_them(batch):
                                                                    ("verifier", 0, "pol_verifier")]
         for s in e.samples:
             assert s.reward == e.trajectory.team_reward and s.info[EPISODE_RETURN_KEY]
-            assert s.group_key == ("ok", 0, s.agent) and s.response_ids and len(s.logprobs) == len(s.response_ids)
+            assert s.group_key == (mode, 0, s.agent) and s.response_ids and len(s.logprobs) == len(s.response_ids)
         last = e.trajectory.steps[-1]
         assert last.agent == PROGRAM_STEP and last.info["ok"] and last.info["calls"] == 2
         assert e.trajectory.success == (e.trajectory.team_reward == 1.0)
@@ -163,7 +169,7 @@ def test_a_failing_program_gets_zero_and_a_trace(batch, mode, error, calls):
 def test_the_run_is_bounded_by_the_wall_budget(batch):
     out, seconds, _ = batch
     assert len(out.episodes) == 2 * len(MODES)
-    assert out.counters["graph/runs"] == 18.0 and out.counters["graph/errors"] == 12.0  # as metrics
+    assert out.counters["graph/runs"] == 20.0 and out.counters["graph/errors"] == 12.0  # as metrics
     assert out.counters["graph/errors/timeout"] == 4.0
     assert all(out.counters[f"graph/errors/{kind}"] == 2.0 for kind in ("program", "exit", "budget", "no_calls"))
     assert seconds < 3.0 + 10.0  # the looping program was killed at its wall budget, not waited for
