@@ -123,6 +123,12 @@ def create_app(broker: CallBroker):
         auth = request.headers.get("Authorization", "")
         return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
+    def read_body() -> Any:
+        try:
+            return json.loads(request.get_data() or b"null")
+        except ValueError:
+            raise GatewayError(400, "invalid_request_error", "the body is not valid JSON") from None
+
     def models(agents: list[str]):
         broker.execution(token())
         return jsonify({"object": "list", "data": [{"id": a, "object": "model", "created": 0,
@@ -130,10 +136,7 @@ def create_app(broker: CallBroker):
 
     def chat(agent: str | None):
         ex = broker.execution(token())
-        try:
-            body = json.loads(request.get_data() or b"null")
-        except ValueError:
-            raise GatewayError(400, "invalid_request_error", "the body is not valid JSON") from None
+        body = read_body()
         req = parse_chat(body)
         if agent is None:
             if not isinstance(body.get("model"), str):
@@ -165,10 +168,7 @@ def create_app(broker: CallBroker):
     def respond(agent: str | None):
         """POST /v1/responses: one reply as a Responses-API object (no streaming, no tools)."""
         ex = broker.execution(token())
-        try:
-            body = json.loads(request.get_data() or b"null")
-        except ValueError:
-            raise GatewayError(400, "invalid_request_error", "the body is not valid JSON") from None
+        body = read_body()
         req = parse_responses(body)
         if body.get("stream"):
             raise GatewayError(400, "invalid_request_error", "streaming is not served on /v1/responses")
