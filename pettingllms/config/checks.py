@@ -226,7 +226,7 @@ def _check_engine(cfg: DictConfig) -> None:
 # Fields with a closed set of values (the schema comments list them).
 _CHOICES = {
     "agents_mode": ("explicit", "per_agent_lora", "per_agent_model"),
-    "rollout.strategy": ("tree", "flat", "autoevol"),
+    "rollout.strategy": ("tree", "flat", "autoevol", "graph"),
     "rollout.vllm.logprobs_mode": ("processed_logprobs", "raw_logprobs"),
     "rollout.vllm.cpu_prefill": ("whole", "budget"),
     "algorithm.advantage": ("grpo", "agent_norm", "mean_only"),
@@ -269,6 +269,9 @@ def _check_schedule(cfg: DictConfig) -> None:
     if strategy == "autoevol" and (cfg.env.get("turn_order") or cfg.env.get("parallel")):
         raise ConfigError("env.turn_order and env.parallel are for turn-based envs; rollout.strategy=autoevol "
                           "plays designs, not turns")
+    if (env == "graph") != (strategy == "graph"):
+        raise ConfigError("env=graph and rollout=graph go together (K executions of your agent program "
+                          f"per problem); got env.name={env}, rollout.strategy={strategy}")
 
 
 def check_values(cfg: DictConfig, checks: Optional[list[Callable[[DictConfig], None]]] = None) -> None:

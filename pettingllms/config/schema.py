@@ -96,7 +96,7 @@ class OpenAIConfig:
 @dataclass
 class RolloutConfig:
     engine: str = "hf"  # hf | vllm | openai | auto (vLLM where installed and faster, else hf)
-    strategy: str = "tree"  # tree (AT-GRPO) | flat (K independent episodes) | autoevol (MetaAgent-X)
+    strategy: str = "tree"  # tree (AT-GRPO) | flat (K independent episodes) | autoevol (MetaAgent-X) | graph
     k: int = 4  # candidates per (problem, turn, agent)
     batch_size: int = 4  # problems per training step
     max_prompt_tokens: int = 1024  # longer prompts are truncated from the left

@@ -91,10 +91,13 @@ def rollout_settings(cfg: DictConfig) -> RolloutSettings:
 
 def make_runner(engine: Any, env_factory: Any, agent_policy: Mapping[str, str], settings: RolloutSettings) -> Any:
     """The runner `settings.strategy` names: the turn-based episode loop (tree / flat) or
-    MetaAgent-X's designs x executions (autoevol)."""
+    MetaAgent-X's designs x executions (autoevol) or a user's agent program (graph)."""
     if settings.strategy == "autoevol":
         from pettingllms.rollout.autoevol import AutoEvolRollout
         return AutoEvolRollout(engine, env_factory, dict(agent_policy), settings)
+    if settings.strategy == "graph":
+        from pettingllms.rollout.graph.runner import GraphRollout
+        return GraphRollout(engine, env_factory, dict(agent_policy), settings)
     from pettingllms.rollout.runner import Rollout
     return Rollout(engine, env_factory, dict(agent_policy), settings)
 

@@ -20,7 +20,8 @@ from pettingllms.rollout.runner import RolloutSettings
 def eval_settings(settings: RolloutSettings, k: int, temperature: float) -> RolloutSettings:
     """The training rollout with evaluation sampling: flat episodes, eval temperature (then each
     agent's `eval_sampling`, RolloutSettings.sampling_for)."""
-    strategy = settings.strategy if settings.strategy == "autoevol" else "flat"  # autoevol: k designs x 1 execution
+    # autoevol: k designs x 1 execution; graph: k executions of the program
+    strategy = settings.strategy if settings.strategy in ("autoevol", "graph") else "flat"
     return replace(settings, strategy=strategy, k=int(k), eval_temperature=float(temperature),
                    sampling={**settings.sampling, "temperature": float(temperature)})
 
