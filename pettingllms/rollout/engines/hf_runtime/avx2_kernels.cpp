@@ -52,32 +52,18 @@ torch::Tensor pack_pairs(std::vector<torch::Tensor> weights) {
   return out;
 }
 
-// MR rows of x (fp32) times NV blocks of eight packed columns. Two fp32 accumulators per row and
-// block (one for each half of the pairs) so that 2 x MR x NV independent FMA chains hide the FMA
-// latency even at one row; each weight block is read once per MR rows.
-template <int MR, int NV>
-static inline void gemm_tile(const float* x, int64_t k, const uint16_t* w, int64_t block_stride, const float* bias,
-                             int64_t col0, int64_t n, void* out, bool bf16_out) {
-  __m256 lo[MR][NV], hi[MR][NV];
-  for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) lo[m][v] = hi[m][v] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < k / 2; ++p) {
-    for (int v = 0; v < NV; ++v) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + v * block_stride + p * 16));
-      const __m256 w0 = low_halves(raw), w1 = high_halves(raw);
-      for (int m = 0; m < MR; ++m) {
-        lo[m][v] = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(x + m * k + 2 * p), lo[m][v]);
-        hi[m][v] = _mm256_fmadd_ps(w1, _mm256_broadcast_ss(x + m * k + 2 * p + 1), hi[m][v]);
-      }
-    }
-  }
-  for (int v = 0; v < NV; ++v) {
+// Bias (fp32, or null), one rounding and the store of a finished tile: sums [mr][nv][8] fp32 ->
+// out [M, n] from column col0 (bf16 or fp32). Kept out of the tile's template: with it inline, GCC
+// stores every accumulator to the stack at every step of the hot loop.
+__attribute__((noinline)) static void store_tile(const float* sums, int mr, int nv, const float* bias, int64_t col0,
+                                                 int64_t n, void* out, bool bf16_out) {
+  for (int v = 0; v < nv; ++v) {
     const int64_t c = col0 + v * 8;
     const int count = int(std::min<int64_t>(8, n - c));
     alignas(32) float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (bias) std::memcpy(b, bias + c, count * sizeof(float));
-    for (int m = 0; m < MR; ++m) {  // bias added in fp32 before the one rounding, as oneDNN does
-      const __m256 sum = _mm256_add_ps(_mm256_add_ps(lo[m][v], hi[m][v]), _mm256_load_ps(b));
+    for (int m = 0; m < mr; ++m) {  // bias added in fp32 before the one rounding, as oneDNN does
+      const __m256 sum = _mm256_add_ps(_mm256_load_ps(sums + (m * nv + v) * 8), _mm256_load_ps(b));
       if (bf16_out) {
         uint16_t* dst = reinterpret_cast<uint16_t*>(out) + m * n + c;
         const __m128i r = to_bf16(sum);
@@ -92,20 +78,72 @@ static inline void gemm_tile(const float* x, int64_t k, const uint16_t* w, int64
   }
 }
 
+// MR rows of x (fp32) times NV blocks of eight packed columns, each weight block read once per MR
+// rows: one row over up to four blocks with two accumulators each (one per half of the pairs: 8
+// independent FMA chains hide the FMA latency), or up to four rows over up to two blocks with one
+// each (8 chains again); 8 accumulators, the widened weights and x leave no register spilled. The
+// accumulators are named variables, not an array: GCC -O3 stores an array's every element to the
+// stack at every step of the loop, which halves the FMA rate.
+#define TILE_W(v)                                                                                          \
+  const __m256i r##v = NV > v ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + v * block_stride + p * 16)) \
+                              : _mm256_setzero_si256();                                                    \
+  const __m256 w0##v = low_halves(r##v), w1##v = high_halves(r##v);
+#define TILE_X(m)                                                                                          \
+  const __m256 x0##m = _mm256_broadcast_ss(x + (MR > m ? m : 0) * k + 2 * p);                              \
+  const __m256 x1##m = _mm256_broadcast_ss(x + (MR > m ? m : 0) * k + 2 * p + 1);
+#define TILE_FMA(m, v)                                                                                     \
+  if constexpr (MR > m && NV > v) {                                                                                \
+    if constexpr (MR == 1) {                                                                                       \
+      lo##m##v = _mm256_fmadd_ps(w0##v, x0##m, lo##m##v);                                                  \
+      hi##m##v = _mm256_fmadd_ps(w1##v, x1##m, hi##m##v);                                                  \
+    } else {                                                                                               \
+      lo##m##v = _mm256_fmadd_ps(w1##v, x1##m, _mm256_fmadd_ps(w0##v, x0##m, lo##m##v));                   \
+    }                                                                                                      \
+  }
+#define TILE_SUM(m, v) \
+  if constexpr (MR > m && NV > v) _mm256_store_ps(sums + (m * NV + v) * 8, _mm256_add_ps(lo##m##v, hi##m##v));
+
+template <int MR, int NV>
+static inline void gemm_tile(const float* x, int64_t k, const uint16_t* w, int64_t block_stride, const float* bias,
+                             int64_t col0, int64_t n, void* out, bool bf16_out) {
+  static_assert((MR == 1 && NV <= 4) || (MR <= 4 && NV <= 2), "a tile of at most 8 accumulators");
+  const __m256 z = _mm256_setzero_ps();
+  __m256 lo00 = z, hi00 = z, lo01 = z, hi01 = z, lo02 = z, hi02 = z, lo03 = z, hi03 = z;
+  __m256 lo10 = z, lo11 = z, lo20 = z, lo21 = z, lo30 = z, lo31 = z;
+  __m256 hi10 = z, hi11 = z, hi20 = z, hi21 = z, hi30 = z, hi31 = z;  // one accumulator at MR > 1
+  for (int64_t p = 0; p < k / 2; ++p) {
+    TILE_W(0) TILE_W(1) TILE_W(2) TILE_W(3)
+    TILE_X(0) TILE_X(1) TILE_X(2) TILE_X(3)
+    TILE_FMA(0, 0) TILE_FMA(0, 1) TILE_FMA(0, 2) TILE_FMA(0, 3)
+    TILE_FMA(1, 0) TILE_FMA(1, 1) TILE_FMA(2, 0) TILE_FMA(2, 1) TILE_FMA(3, 0) TILE_FMA(3, 1)
+  }
+  alignas(32) float sums[MR * NV * 8];
+  TILE_SUM(0, 0) TILE_SUM(0, 1) TILE_SUM(0, 2) TILE_SUM(0, 3)
+  TILE_SUM(1, 0) TILE_SUM(1, 1) TILE_SUM(2, 0) TILE_SUM(2, 1) TILE_SUM(3, 0) TILE_SUM(3, 1)
+  store_tile(sums, MR, NV, bias, col0, n, out, bf16_out);
+}
+
 template <int MR>
 static void gemm_blocks(int nv, const float* x, int64_t k, const uint16_t* w, int64_t bs, const float* bias,
                         int64_t col0, int64_t n, void* out, bool bf16_out) {
-  switch (nv) {  // at one row four blocks (8 accumulators), at more rows two (MR x 4 accumulators)
-    case 1: gemm_tile<MR, 1>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
-    case 2: gemm_tile<MR, 2>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
-    case 3: gemm_tile<MR, 3>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
-    default: gemm_tile<MR, 4>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+  // at one row up to four blocks (8 accumulators), at more rows up to two (MR x 4 accumulators)
+  if constexpr (MR == 1) {
+    switch (nv) {
+      case 1: gemm_tile<1, 1>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+      case 2: gemm_tile<1, 2>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+      case 3: gemm_tile<1, 3>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+      default: gemm_tile<1, 4>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+    }
+  } else if (nv == 1) {
+    gemm_tile<MR, 1>(x, k, w, bs, bias, col0, n, out, bf16_out);
+  } else {
+    gemm_tile<MR, 2>(x, k, w, bs, bias, col0, n, out, bf16_out);
   }
 }
 
 // x [M, K] bf16 or fp32 (K even) times the n-column weight packed by pack_pairs, plus bias (fp32
 // [n] or empty) -> [M, n] in x's dtype. Threads take 32 columns each; within them one row goes
-// over four blocks at a time, more rows three at a time over two blocks (12 accumulators).
+// over four blocks at a time, more rows four at a time over two blocks.
 torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Tensor bias) {
   const int64_t rows = x.size(0), k = x.size(1), blocks = packed.size(0), bs = (k / 2) * 16;
   const bool bf16_out = x.scalar_type() == at::kBFloat16;
@@ -123,8 +161,8 @@ torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torc
         gemm_blocks<1>(int(nv), xp, k, wp + b * bs, bs, bp, b * 8, n, op, bf16_out);
         continue;
       }
-      for (int64_t m0 = 0; m0 < rows; m0 += 3) {
-        const int mr = int(std::min<int64_t>(3, rows - m0));
+      for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+        const int mr = int(std::min<int64_t>(4, rows - m0));
         for (int64_t v0 = 0; v0 < nv; v0 += 2) {
           const int pair = int(std::min<int64_t>(2, nv - v0));
           const float* xm = xp + m0 * k;
@@ -134,7 +172,8 @@ torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torc
           switch (mr) {
             case 1: gemm_blocks<1>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
             case 2: gemm_blocks<2>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
-            default: gemm_blocks<3>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            case 3: gemm_blocks<3>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            default: gemm_blocks<4>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
           }
         }
       }
