@@ -206,8 +206,8 @@ def main(argv=None) -> dict:
                          "hf engines with --threads 1, not for vLLM's own threads)")
     ap.add_argument("--context", type=int, default=0, help="filler words added to each prompt (see above)")
     args = ap.parse_args(argv)
-    CLOCK[0] = time.process_time if args.clock == "cpu" else time.perf_counter
     CONTEXT["words"] = args.context
+    CLOCK[0] = time.process_time if args.clock == "cpu" else time.perf_counter
 
     import torch
 
