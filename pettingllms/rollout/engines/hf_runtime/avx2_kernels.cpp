@@ -68,7 +68,11 @@ __attribute__((noinline)) static void store_tile(const float* sums, int mr, int 
         uint16_t* dst = reinterpret_cast<uint16_t*>(out) + m * n + c;
         const __m128i r = to_bf16(sum);
         if (count == 8) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), r);
-        else { alignas(16) uint16_t tmp[8]; _mm_store_si128(reinterpret_cast<__m128i*>(tmp), r); std::memcpy(dst, tmp, count * 2); }
+        else {
+          alignas(16) uint16_t tmp[8];
+          _mm_store_si128(reinterpret_cast<__m128i*>(tmp), r);
+          std::memcpy(dst, tmp, count * 2);
+        }
       } else {
         float* dst = reinterpret_cast<float*>(out) + m * n + c;
         if (count == 8) _mm256_storeu_ps(dst, sum);

@@ -89,7 +89,8 @@ def _source(name: str = _SOURCE_FILE) -> str:
 def _build_dir(name: str, source: str, cflags: Sequence[str], functions: Sequence[str]) -> str:
     from pettingllms.utils.models import cache_root
 
-    key = hashlib.sha256((source + " ".join([*cflags, *functions]) + torch.__version__ + platform.machine()).encode()).hexdigest()[:16]
+    text = source + " ".join([*cflags, *functions]) + torch.__version__ + platform.machine()
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
     folder = cache_root() / "kernels" / f"{name}_{key}"
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder)
