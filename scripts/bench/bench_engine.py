@@ -13,7 +13,8 @@ engine with its lean Llama forward off (rollout.engine_options.lean_forward=fals
 
 For each batch size B it takes B different math questions (chat template, temperature 0.7,
 max_new_tokens 128) and counts the tokens each engine produced up to and including the end token.
-tokens/s = those tokens / wall time; the best of --repeats runs is kept (the machine may be
+tokens/s = those tokens / wall time (`--clock cpu`: / this process's CPU time, for the hf engines
+with `--threads 1` on a shared box); the best of --repeats runs is kept (the machine may be
 shared). Samplers draw different random tokens, so sequence lengths differ: compare tokens/s, not
 wall times. `vllm_raw` sends the same prompt ids and sampling params straight to the `vllm.LLM`
 our engine holds, so vllm / vllm_raw is what the seam costs. Prints a table with the ratios to
@@ -34,6 +35,8 @@ import argparse
 import json
 import os
 import time
+
+CLOCK = [time.perf_counter]  # --clock cpu: time.process_time
 
 QUESTIONS = [
     "What is 17 + 25?", "A farmer has 12 cows and buys 7 more. How many cows?", "What is 9 times 8?",
@@ -70,9 +73,9 @@ def bench_engine(engine, batch: int, new_tokens: int, temperature: float, seed: 
     requests = [GenerationRequest(messages(i), policy="bench", request_id=str(i), params=SamplingParams(
         temperature=temperature, max_new_tokens=new_tokens, seed=seed + i)) for i in range(batch)]
     CONTEXT["run"] += 1
-    start = time.perf_counter()
+    start = CLOCK[0]()
     out = engine.generate(requests)
-    wall = time.perf_counter() - start
+    wall = CLOCK[0]() - start
     return sum(len(c.response_ids) for cs in out for c in cs), wall
 
 
@@ -93,9 +96,9 @@ def bench_vllm_split(engine, batch: int, new_tokens: int, temperature: float, se
         piece.append(r)
         used += n
     pieces.append(piece)
-    start = time.perf_counter()
+    start = CLOCK[0]()
     produced = sum(len(c.response_ids) for p in pieces for cs in engine.generate(p) for c in cs)
-    return produced, time.perf_counter() - start
+    return produced, CLOCK[0]() - start
 
 
 def bench_generate(model, tokenizer, eos_ids, batch: int, new_tokens: int, temperature: float, seed: int):
@@ -105,12 +108,12 @@ def bench_generate(model, tokenizer, eos_ids, batch: int, new_tokens: int, tempe
              for i in range(batch)]
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     torch.manual_seed(seed)
-    start = time.perf_counter()
+    start = CLOCK[0]()
     with torch.inference_mode():
         out = model.generate(**enc, do_sample=temperature > 0, temperature=temperature or None, top_k=0,
                              top_p=1.0, max_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=eos_ids)
-    wall = time.perf_counter() - start
+    wall = CLOCK[0]() - start
     produced = 0
     for row in out[:, enc["input_ids"].shape[1]:].tolist():  # tokens up to and including the end token
         ends = [i for i, t in enumerate(row) if t in eos_ids]
@@ -128,9 +131,9 @@ def bench_vllm_raw(engine, batch: int, new_tokens: int, temperature: float, seed
     CONTEXT["run"] += 1
     prompts = [{"prompt_token_ids": prompt_ids(served.tokenizer, r, engine.max_prompt_tokens)} for r in requests]
     params = [engine._sampling(r, i, 0, served.stop_ids) for i, r in enumerate(requests)]
-    start = time.perf_counter()
+    start = CLOCK[0]()
     out = served.llm.generate(prompts, params, use_tqdm=False)
-    wall = time.perf_counter() - start
+    wall = CLOCK[0]() - start
     return sum(len(c.token_ids) for o in out for c in o.outputs), wall
 
 
@@ -198,9 +201,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--vllm-threads", type=int, default=0,
                     help="rollout.vllm.cpu_threads: 0 this process's torch threads, unpinned; -1 vLLM's default")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: this process's CPU time instead of wall time (a shared box; meaningful for the "
+                         "hf engines with --threads 1, not for vLLM's own threads)")
     ap.add_argument("--context", type=int, default=0, help="filler words added to each prompt (see above)")
     args = ap.parse_args(argv)
     CONTEXT["words"] = args.context
+    CLOCK[0] = time.process_time if args.clock == "cpu" else time.perf_counter
 
     import torch
 
@@ -230,7 +237,7 @@ def main(argv=None) -> dict:
         print(" | ".join([f"{r['batch']:>5}"] + [f"{r[n]['tok_s']:>14}" for n in args.engines]
                          + [f"{r[x]:>12}" for x in ratios]))
     result = {"model": args.model, "dtype": args.dtype, "new_tokens": args.new_tokens, "temperature": args.temperature,
-              "vllm_compile": args.compile, "context_words": args.context, "vllm_threads": args.vllm_threads, "threads": torch.get_num_threads(),
+              "vllm_compile": args.compile, "context_words": args.context, "vllm_threads": args.vllm_threads, "clock": args.clock, "threads": torch.get_num_threads(),
               "load_s": {k: round(v, 1) for k, v in load_s.items()}, "loadavg_1m": round(os.getloadavg()[0], 1),
               "rows": rows}
     print(json.dumps(result))

@@ -8,4 +8,6 @@ transformers path computes (the C++ kernels up to the last bf16 bit) and only sk
 * `sampling.py`: the per-row seeded sampler whose logprobs are those of the distribution sampled from.
 * `cpu_kernels.py` + `cpu_kernels.cpp`: C++ decode kernels for CPUs with AVX512-BF16, built on
   first use and cached.
+* `avx2_kernels.py` + `avx2_kernels.cpp`: the GEMM alone for CPUs with AVX2 + FMA (bf16 weights
+  widened in registers, fp32 sums), where the AVX512-BF16 kernels do not run.
 """

@@ -54,26 +54,44 @@ _FUNCTIONS = ["pack_pairs", "gemm_packed", "silu_mul", "rope_decode", "decode_at
 _SOURCE_FILE = "cpu_kernels.cpp"  # package data, next to this module
 
 _CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}  # what _CFLAGS let the compiler use
+# Which kernel set the engine runs: auto (AVX512-BF16 where the CPU has it, else the AVX2 GEMM of
+# `avx2_kernels`) or avx2 (that GEMM even here: how its tests and benchmarks run on any x86-64 box)
+CHOICE_ENV = "PETTINGLLMS_CPU_KERNELS"
+CHOICES = ("auto", "avx2")
 
 
-def _cpu_has_avx512_bf16() -> bool:
+def cpu_has(flags: set[str]) -> bool:
+    """Whether /proc/cpuinfo lists all these flags (False where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and _CPU_FLAGS <= set(line.split()) for line in f)
+            return any(line.startswith("flags") and flags <= set(line.split()) for line in f)
     except OSError:
         return False
 
 
-@lru_cache(maxsize=1)
-def _source() -> str:
-    return resources.files(__package__).joinpath(_SOURCE_FILE).read_text(encoding="utf-8")
+def _cpu_has_avx512_bf16() -> bool:
+    return cpu_has(_CPU_FLAGS)
 
 
-def _build_dir() -> str:
+def choice() -> str:
+    """`PETTINGLLMS_CPU_KERNELS` (default auto); a value it does not know is a one-line error."""
+    value = os.environ.get(CHOICE_ENV, "auto").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise ValueError(f"{CHOICE_ENV}={value!r}: use one of {', '.join(CHOICES)}")
+    return value
+
+
+@lru_cache(maxsize=None)
+def _source(name: str = _SOURCE_FILE) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def _build_dir(name: str, source: str, cflags: Sequence[str], functions: Sequence[str]) -> str:
     from pettingllms.utils.models import cache_root
 
-    key = hashlib.sha256((_source() + " ".join(_CFLAGS + _FUNCTIONS) + torch.__version__ + platform.machine()).encode()).hexdigest()[:16]
-    folder = cache_root() / "kernels" / f"cpu_kernels_{key}"
+    text = source + " ".join([*cflags, *functions]) + torch.__version__ + platform.machine()
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = cache_root() / "kernels" / f"{name}_{key}"
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder)
 
@@ -89,10 +107,29 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
 
 
+def build(name: str, source_file: str, cflags: Sequence[str], functions: Sequence[str], what: str) -> Any | None:
+    """The compiled module of `source_file` (next to this module), built once into the cache; None,
+    with the reason logged, where the build fails. `what`: the kernels, for the log line."""
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        _ninja_on_path()
+        source = _source(source_file)
+        return load_inline(f"pettingllms_{name}", cpp_sources=source, functions=list(functions),
+                           extra_cflags=list(cflags), extra_ldflags=["-fopenmp"],
+                           build_directory=_build_dir(name, source, cflags, functions), verbose=False)
+    except Exception as e:  # no compiler, no ninja, a toolchain without these intrinsics
+        log.warning("%s could not be built (%s); oneDNN and the torch ops are used", what,
+                    str(e).splitlines()[0][:200])
+        return None
+
+
 def _cpu_reason() -> str | None:
     """Why the kernels cannot run on this machine at all, or None."""
     if os.environ.get("PETTINGLLMS_NO_CPU_KERNELS"):
         return "off (PETTINGLLMS_NO_CPU_KERNELS is set)"
+    if choice() == "avx2":
+        return f"off ({CHOICE_ENV}=avx2: the AVX2 GEMM instead)"
     if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has_avx512_bf16():
         return "this CPU has no AVX512-BF16"
     return None
@@ -113,17 +150,7 @@ def load() -> Any | None:
     if reason is not None:
         log.info("CPU decode kernels: %s; oneDNN and the matmul attention are used", reason)
         return None
-    try:
-        from torch.utils.cpp_extension import load_inline
-
-        _ninja_on_path()
-        return load_inline("pettingllms_cpu_kernels", cpp_sources=_source(), functions=_FUNCTIONS,
-                           extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], build_directory=_build_dir(),
-                           verbose=False)
-    except Exception as e:  # no compiler, no ninja, a toolchain without these intrinsics
-        log.warning("CPU decode kernels could not be built (%s); oneDNN and the matmul attention are used",
-                    str(e).splitlines()[0][:200])
-        return None
+    return build("cpu_kernels", _SOURCE_FILE, _CFLAGS, _FUNCTIONS, "CPU decode kernels")
 
 
 def takes(weights: Sequence[torch.Tensor]) -> bool:

@@ -8,7 +8,8 @@ weight on its own. This forward runs the same ops on the model's own weights wit
 
 * q/k/v and gate/up concatenated into one GEMM each (the weights read in one pass), pre-packed
   for bf16 on CPU: into our GEMM kernel's layout where the CPU has AVX512-BF16 (`cpu_kernels`,
-  faster than oneDNN at decode sizes), else into oneDNN's (`linear.pack_weight`, for
+  faster than oneDNN at decode sizes) or else AVX2 + FMA (`avx2_kernels`: fp32 sums over the
+  bf16 weights, where oneDNN's bf16 GEMM is slow), else into oneDNN's (`linear.pack_weight`, for
   `pack_linears`' reason);
 * with the kernels, SwiGLU in one call, and every decode step's attention and RMSNorms in one
   call each;
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pettingllms.rollout.engines.hf_runtime import cpu_kernels
+from pettingllms.rollout.engines.hf_runtime import avx2_kernels, cpu_kernels
 from pettingllms.rollout.engines.hf_runtime.kv_cache import BufferedLayer
 from pettingllms.rollout.engines.hf_runtime.linear import mkldnn_bf16, pack_weight, packed_linear
 from pettingllms.utils.attention import attend
@@ -108,10 +109,12 @@ class LeanLlama:
         w = model.model.embed_tokens.weight
         bf16_cpu = w.dtype == torch.bfloat16 and w.device.type == "cpu"
         self.kernel = cpu_kernels.load() if kernels and bf16_cpu else None  # built (or loaded) only where it runs
+        # the products' kernel: the AVX512-BF16 set's GEMM, else the AVX2 one (the rest stays torch's)
+        self.gemm = self.kernel if self.kernel is not None or not (kernels and bf16_cpu) else avx2_kernels.load()
         self._no_mask = torch.empty(0, dtype=torch.bool)
 
     def _build(self) -> None:
-        m, k = self.model, self.kernel
+        m, k = self.model, self.gemm
         self.layers, self.head = [], None  # the old copies go before the new ones are made
         for layer in m.model.layers:
             a, mlp = layer.self_attn, layer.mlp
