@@ -118,9 +118,10 @@ def test_the_engine_samples_the_same_with_and_without_the_candidates_kernel() ->
     divisor = torch.full((16,), 0.7)
     top_k = torch.tensor([4000] * 8 + [40] * 8)
     top_p = torch.tensor([0.95] * 4 + [0.5] * 4 + [2.0] * 4 + [0.9] * 4)
+    min_p = torch.tensor([0.0] * 12 + [0.05] * 4)
     uniforms = torch.rand(16, generator=gen)
-    got = _draw_truncated(_Scaled(logits, divisor, KERNEL), top_k, top_p, uniforms)
-    want = _draw_truncated(_Scaled(logits, divisor), top_k, top_p, uniforms)
+    got = _draw_truncated(_Scaled(logits, divisor, KERNEL), top_k, top_p, min_p, uniforms)
+    want = _draw_truncated(_Scaled(logits, divisor), top_k, top_p, min_p, uniforms)
     assert torch.equal(got[0], want[0])
     torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-5)
 
