@@ -1,7 +1,8 @@
 """Search (the reference's search env): a reasoning agent and a web-search agent answer a
 (multi-hop) question by searching a document collection.
 
-Turn order search_reasoning_agent -> web_search_agent, up to `max_turns` (5) turns:
+Turn order search_reasoning_agent -> web_search_agent (the names of the reference's search config;
+its env code calls the first one reasoning_agent), up to `max_turns` (5) turns:
   reasoning   first breaks the question into `###` sub-questions (again next turn if it gave
               none); from then on it reads the sub-answers and gives `**Final Answer:**`.
   web search  works on the first unanswered sub-question (its #1, #2 replaced by the answers

@@ -3,7 +3,8 @@
 The reasoning agent first breaks the question into `###` sub-questions, then (each later turn)
 reads the sub-answers found so far and gives `**Final Answer:**`. The web-search agent works on
 one sub-question at a time: `**Search Query:**` to search, then `**Answer:**` from the results.
-Everything shown is clipped so a runaway reply never bloats a prompt.
+Everything shown is clipped so a runaway reply never bloats a prompt. The reference asks for 3-5
+sub-questions; here one per needed fact, since five turns leave room to search and answer two.
 """
 from __future__ import annotations
 
