@@ -197,7 +197,7 @@ def test_a_server_that_is_down_gives_no_results_not_a_crash(test_rows):
 def test_flashrag_hub_rows_load_offline(tmp_path, corpus):
     from pettingllms.envs.search.hub import build_hub
 
-    hub = tmp_path / "hub"  # the hub repo's layout and row schema (RUC-NLPIR/FlashRAG_datasets)
+    hub = tmp_path / "hub"  # the hub repo's layout and row schema, as a local copy
     sets = {("nq", "train"): [{"id": "train_0", "question": "who wrote hamlet", "golden_answers": ["Shakespeare",
                                                                                                    "W. Shakespeare"],
                                 "metadata": {}},
@@ -209,9 +209,10 @@ def test_flashrag_hub_rows_load_offline(tmp_path, corpus):
                                    "metadata": {"type": "comparison", "level": "medium",
                                                 "supporting_facts": {"title": ["A"], "sent_id": [0]}}}]}
     for (name, split), rows in sets.items():
-        (hub / name).mkdir(parents=True, exist_ok=True)
-        (hub / name / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = build_hub(tmp_path / "search_flashrag", test_sets=["nq", "hotpotqa"], source_dir=hub)
+        folder = hub / "RUC-NLPIR" / "FlashRAG_datasets" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = build_hub(tmp_path / "search_flashrag", test_sets=["nq", "hotpotqa"], hub_dir=hub, online=False)
     assert report["test"] == {"nq": "test", "hotpotqa": "dev"} and report["train"] == {"nq": 1}
     train = load_split("search_flashrag", "train", tmp_path)
     test = load_split("search_flashrag", "test", tmp_path)
@@ -223,7 +224,7 @@ def test_flashrag_hub_rows_load_offline(tmp_path, corpus):
     env.step(R, "**Final Answer:** w shakespeare")
     assert env.done and env.success
     with pytest.raises(Exception, match="musique"):
-        build_hub(tmp_path / "other", test_sets=["musique"], source_dir=hub)
+        build_hub(tmp_path / "other", test_sets=["musique"], hub_dir=hub, online=False)
 
 
 def test_the_search_config_composes_and_points_at_the_built_corpus(data_root, test_rows):
@@ -244,8 +245,8 @@ def one_step(tmp_path, *extra: str) -> dict:
     from trainer_fixtures import fit
 
     cfg = load_config("tiny_test", ["env=search", "env.data=search_easy", f"env.data_root={tmp_path}",
-                                    "env.max_turns=2", "trainer.total_steps=1", f"trainer.output_dir={tmp_path / 'out'}",
-                                    "trainer.run_name=r", *extra])
+                                    "env.max_turns=2", "trainer.total_steps=1", "trainer.run_name=r",
+                                    f"trainer.output_dir={tmp_path / 'out'}", *extra])
     last = fit(cfg)[-1]
     assert last["step"] == 1 and last["samples/count"] >= 2 * 2 * 2  # batch 2, k 2, two agents, >= 1 turn
     assert all(f"reward/{a}/mean" in last for a in (R, W))

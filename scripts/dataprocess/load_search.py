@@ -4,9 +4,10 @@
         synthetic 2-hop questions over a seeded invented knowledge base (offline);
         --out datasets/search_easy builds the 1-hop level
     python scripts/dataprocess/load_search.py --hub --train-set nq --test-sets nq,hotpotqa,bamboogle \
-        --out datasets/search_flashrag [--source-dir DIR] [--limit N]
-        FlashRAG QA sets (RUC-NLPIR/FlashRAG_datasets), from the hub or from DIR laid out like the
-        hub repo (DIR/<set>/<split>.jsonl); search them through a retrieval server (env.options.search_url)
+        --out datasets/search_flashrag [--hub-dir DIR] [--offline] [--limit N]
+        FlashRAG QA sets (RUC-NLPIR/FlashRAG_datasets), from a local copy
+        (DIR/RUC-NLPIR/FlashRAG_datasets/<set>/<split>.jsonl, or $PETTINGLLMS_HUB_DIR) else the hub;
+        search them through a retrieval server (env.options.search_url)
 """
 import argparse
 import json
@@ -24,14 +25,15 @@ if __name__ == "__main__":
     ap.add_argument("--hub", action="store_true", help="FlashRAG QA sets instead of the synthetic data")
     ap.add_argument("--train-set", default="nq")
     ap.add_argument("--test-sets", default="nq", help="comma-separated, e.g. nq,hotpotqa,2wikimultihopqa,bamboogle")
-    ap.add_argument("--source-dir", default=None, help="a local copy of the hub repo (offline)")
+    ap.add_argument("--hub-dir", default=None, help="local hub files (default $PETTINGLLMS_HUB_DIR)")
+    ap.add_argument("--offline", action="store_true", help="never ask the hub (local files only)")
     ap.add_argument("--limit", type=int, default=None, help="rows per set")
     args = ap.parse_args()
     try:
         if args.hub:
             report = build_hub(args.out or "datasets/search_flashrag", train_set=args.train_set,
                                test_sets=[s.strip() for s in args.test_sets.split(",") if s.strip()],
-                               source_dir=args.source_dir, limit=args.limit)
+                               hub_dir=args.hub_dir, online=not args.offline, limit=args.limit)
         else:
             report = build(args.out or "datasets/search", seed=args.seed, n_train=args.n_train, n_test=args.n_test)
     except (ConfigError, FileNotFoundError, ValueError) as e:

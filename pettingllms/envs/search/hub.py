@@ -5,19 +5,20 @@ A hub row is {"id", "question", "golden_answers": [...], "metadata": {...}}; the
 keeps each set as <set>/<split>.jsonl. `flashrag_row` turns one into a search-env row (id,
 question, answer, golden_answers, kind, source, hops=[]). `build_hub` writes a data folder:
 train from one set's train split (the reference trains on NQ), test from the test (else dev)
-split of each named set, as the reference's loader does. Either from the hub, or offline
-from a folder laid out like the hub repo (`source_dir`).
+split of each named set, as the reference's loader does. Files are found by the shared hub
+reader (pettingllms/envs/hub.py): a local copy under `hub_dir` (or $PETTINGLLMS_HUB_DIR) laid
+out <dir>/RUC-NLPIR/FlashRAG_datasets/<set>/<split>.jsonl, else the hub.
 
 The hub sets bring no corpus: search them through a retrieval server over FlashRAG's wiki
 corpus (env.options.search_url), or point env.options.corpus at a corpus .jsonl of your own.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
 from pettingllms.envs.dataset import new_output_dir
+from pettingllms.envs.hub import HubFile, HubFileMissing, open_records
 from pettingllms.errors import ConfigError
 
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
@@ -46,23 +47,11 @@ def flashrag_row(raw: dict[str, Any], set_name: str) -> dict[str, Any] | None:
             "golden_answers": golds, "kind": set_name, "source": set_name, "hops": []}
 
 
-def read_set(set_name: str, split: str, source_dir: str | Path | None = None) -> list[dict[str, Any]]:
-    """Raw hub rows of one set and split: from `source_dir`/<set>/<split>.jsonl, else the hub."""
-    if source_dir is not None:
-        path = Path(source_dir) / set_name / f"{split}.jsonl"
-        if not path.is_file():
-            raise FileNotFoundError(str(path))
-        with path.open(encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    import datasets
-
-    try:
-        return list(datasets.load_dataset(HUB_REPO, set_name, split=split))
-    except ValueError:  # the set has no such split
-        raise FileNotFoundError(f"{HUB_REPO}/{set_name}/{split}") from None
-    except Exception as e:  # network, hub or cache: one line, not the stack
-        raise ConfigError(f"cannot load {HUB_REPO} '{set_name}' ({split}): {str(e).splitlines()[0][:200]}; "
-                          f"download it and pass its folder as source_dir (--source-dir)") from None
+def read_set(set_name: str, split: str, hub_dir: str | Path | None = None,
+             online: bool = True) -> list[dict[str, Any]]:
+    """Raw hub rows of one set and split (HubFileMissing when neither a local copy nor the hub has it)."""
+    rows, _ = open_records(HubFile(HUB_REPO, f"{set_name}/{split}.jsonl"), hub_dir, online)
+    return list(rows)
 
 
 def convert(raw_rows: Iterable[dict[str, Any]], set_name: str, limit: int | None) -> list[dict[str, Any]]:
@@ -71,24 +60,28 @@ def convert(raw_rows: Iterable[dict[str, Any]], set_name: str, limit: int | None
 
 
 def build_hub(out_dir: str | Path, *, train_set: str = "nq", test_sets: Iterable[str] = ("nq",),
-              source_dir: str | Path | None = None, limit: int | None = None) -> dict[str, Any]:
+              hub_dir: str | Path | None = None, online: bool = True, limit: int | None = None) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    train = convert(read_set(train_set, "train", source_dir), train_set, limit)
+    try:
+        train = convert(read_set(train_set, "train", hub_dir, online), train_set, limit)
+    except HubFileMissing as e:
+        raise ConfigError(f"FlashRAG train set: {e}") from None
     test: list[dict[str, Any]] = []
     used = {}
     for name in test_sets:
         for split in TEST_SPLITS:
             try:
-                raw = read_set(name, split, source_dir)
-            except FileNotFoundError:
+                raw = read_set(name, split, hub_dir, online)
+            except HubFileMissing:
                 continue
             test += convert(raw, name, limit)
             used[name] = split
             break
         else:
-            raise ConfigError(f"FlashRAG set '{name}' has no {' or '.join(TEST_SPLITS)} split")
+            raise ConfigError(f"FlashRAG set '{name}': no {' or '.join(TEST_SPLITS)} split found "
+                              f"(locally or on the hub)")
     if not train or not test:
         raise ConfigError(f"no usable rows (train {len(train)}, test {len(test)}): rows need a question "
                           f"and golden_answers")
