@@ -86,7 +86,7 @@ def test_code_easy_builds_by_folder_name(tmp_path, monkeypatch):
     assert set(frame["source"]) == {"easy"} and len(frame) == report["test"]
 
 
-@pytest.mark.parametrize("env", ["code", "sudoku", "sokoban", "plan_path", "eight_queens", "blocksworld"])
+@pytest.mark.parametrize("env", ["code", "sudoku", "sokoban", "plan_path", "eight_queens", "blocksworld", "search"])
 def test_every_easy_level_has_a_training_recipe(env):
     text = (ROOT / "scripts" / "train" / env / f"{env}_easy.sh").read_text()
     assert f"env.data={env}_easy" in text and "recipe train" in text

@@ -6,7 +6,7 @@ from pettingllms.envs.base import ENV_REGISTRY, MultiAgentEnv, StepResult, regis
 
 # Each entry is a sub-package whose import registers its env and its `_single` variant.
 BUILTIN_ENV_PACKAGES = ("math", "code", "sudoku", "sokoban", "plan_path", "autoevol", "eight_queens", "blocksworld",
-                        "math_aggregation", "graph")
+                        "math_aggregation", "graph", "search")
 
 for _pkg in BUILTIN_ENV_PACKAGES:
     importlib.import_module(f"pettingllms.envs.{_pkg}")
