@@ -323,7 +323,8 @@ def load_causal_lm(path: str, dtype: str | torch.dtype = "auto", device: str = "
     from pettingllms.utils.attention import use_gqa_attention
     from pettingllms.utils.precision import resolve_dtype
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype(resolve_dtype(dtype, device)))
+    dtype = torch_dtype(resolve_dtype(dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=dtype)
     use_gqa_attention(model)  # no K/V copy per query head under padding masks (same numbers)
     return model.to(device).eval()
 
