@@ -145,3 +145,19 @@ def test_verl_compute_dtype_resolves_auto_for_its_ranks_device(fake_cpu, flags, 
     assert config.engine_config.mixed_precision["param_dtype"] == want
     on_gpu = training_worker_config(settings, spec, resolve_model_path(spec.base), None, "cuda")
     assert on_gpu.engine_config.mixed_precision["param_dtype"] == "bf16"  # a bf16 GPU, or none visible here (assumed)
+
+
+def test_eval_results_name_the_dtype_that_ran(fake_cpu):
+    """`pettingllms.evaluate` files results by a hash of their settings: auto counts as what it
+    resolves to here, so a bf16 box and a float32 box never share a results file."""
+    from pettingllms.evaluate import settings_hash
+    from pettingllms.trainer.assemble import model_dtype
+
+    def digest(*over):
+        return settings_hash(load_config("tiny_test", ["model=embedded", *over]), "")
+    fake_cpu(ZEN2)
+    assert model_dtype(load_config("tiny_test", ["model=embedded"])) == "float32"
+    assert digest() == digest("model.dtype=float32") != digest("model.dtype=bfloat16")
+    assert digest() == digest("eval.progress_s=1")  # how often it reports changes no number
+    fake_cpu(ZEN4)
+    assert digest() == digest("model.dtype=bfloat16")

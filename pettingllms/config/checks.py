@@ -92,6 +92,7 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("eval.k", lambda v: v >= 1, "must be >= 1"),
     ("eval.limit", lambda v: v >= 1, "must be >= 1 or null"),
     ("eval.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
+    ("eval.progress_s", lambda v: v >= 0, "must be >= 0 (0: no progress lines)"),
 ]
 
 

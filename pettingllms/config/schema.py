@@ -273,6 +273,7 @@ class EvalConfig:
     # faster (wider generate batches) and only changes which sampling seed each problem gets
     batch_problems: Optional[int] = None
     checkpoint: str = ""  # empty: the base model
+    progress_s: float = 5.0  # a log line this often while it runs (problems done / total, tok/s); 0: none
     output: str = ""  # results JSON; empty: next to the checkpoint, or outputs/<experiment>/eval/
 
 

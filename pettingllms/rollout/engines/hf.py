@@ -109,6 +109,7 @@ class HFEngine(RolloutEngine):
         self.max_batch_size = int(max_batch_size)
         self.drop_finished = drop_finished  # off only to check that dropping changes nothing
         self._calls = 0
+        self.decoded_tokens = 0  # tokens sampled so far, counted as they come (progress lines read it)
         self._slots: dict[str, _ModelSlot] = {}  # resolved path -> slot
         self._policy_slot: dict[str, _ModelSlot] = {}
         self._overrides: dict[str, dict[str, torch.Tensor]] = {}  # policy -> its own tensors
@@ -362,6 +363,7 @@ class HFEngine(RolloutEngine):
                     row.tokens.append(tok)
                     row.logprobs.append(lp)
                     self._check_finished(slot, row)
+                    self.decoded_tokens += 1
             step += 1
             keep = [j for j, i in enumerate(live) if rows[i].finish is None]
             if not keep:
