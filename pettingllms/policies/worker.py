@@ -4,7 +4,8 @@ update(samples, step) runs algorithm.ppo_epochs x algorithm.mini_batches AdamW s
 over micro-batches with gradient accumulation. Weights that train are kept in
 model.train_dtype (fp32 master for full fine-tuning; fp32 adapters over a frozen
 base for LoRA) so small updates do not vanish in bf16 rounding; the forward pass
-runs under bf16 autocast when model.dtype is bf16.
+runs under bf16 autocast when model.dtype is bf16 (model.dtype=auto: utils.precision picks bf16 or fp32
+for this worker's device).
 
 Offload (policy.offload: true, L3): after `release()` the worker writes its state
 (weights, optimizer, scheduler) to a private temp dir and drops the model; the next
@@ -36,6 +37,7 @@ from pettingllms.policies.training import (BATCH_LOSSES, ROLE_KEYS, adamw_kernel
 from pettingllms.records import Sample
 from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
 from pettingllms.utils.models import load_causal_lm, resolve_device, torch_dtype
+from pettingllms.utils.precision import resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class PolicyWorker:
         self.spec, self.settings, self.name = spec, settings, spec.name
         self.trainable = True
         self.device = torch.device(settings.device)
-        self.dtype = torch_dtype(settings.dtype)
+        self.dtype = torch_dtype(resolve_dtype(settings.dtype, self.device))
         self.train_dtype = torch_dtype(settings.train_dtype)
         self.algo, self.optim = settings.algorithm, settings.optim
         self.seed = int(settings.seed)

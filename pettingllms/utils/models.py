@@ -59,6 +59,9 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
     try:
         return _DTYPES[str(name).lower()]
     except KeyError:
+        if str(name).lower() == "auto":
+            raise ValueError("dtype 'auto' depends on the device: resolve it first "
+                             "(pettingllms.utils.precision.resolve_dtype)") from None
         raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(sorted(_DTYPES))}") from None
 
 
@@ -312,13 +315,16 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
-def load_causal_lm(path: str, dtype: str | torch.dtype = "bfloat16", device: str = "cpu") -> Any:
-    """A causal LM in eval mode, weights in `dtype`, on `device`."""
+def load_causal_lm(path: str, dtype: str | torch.dtype = "auto", device: str = "cpu") -> Any:
+    """A causal LM in eval mode, weights in `dtype` (`auto`: utils.precision's choice for `device`),
+    on `device`."""
     from transformers import AutoModelForCausalLM
 
     from pettingllms.utils.attention import use_gqa_attention
+    from pettingllms.utils.precision import resolve_dtype
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype(dtype))
+    dtype = torch_dtype(resolve_dtype(dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=dtype)
     use_gqa_attention(model)  # no K/V copy per query head under padding masks (same numbers)
     return model.to(device).eval()
 

@@ -185,7 +185,7 @@ def run_once(name: str, engine, batch: int, args):
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtype", default="bfloat16", help="auto: model.dtype=auto's choice for --device")
     ap.add_argument("--device", default="cpu", help="HF engine device (vLLM picks its own)")
     ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf_plain", "hf_onednn", "vllm", "vllm_raw", "vllm_budget", "vllm_split", "generate"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 32])
@@ -200,6 +200,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--context", type=int, default=0, help="filler words added to each prompt (see above)")
     args = ap.parse_args(argv)
+    from pettingllms.utils.precision import resolve_dtype
+    args.dtype = resolve_dtype(args.dtype, args.device)  # the result records the dtype that ran
     CONTEXT["words"] = args.context
 
     import torch
