@@ -37,6 +37,22 @@ def test_cpu_flags_reads_the_flags_line(tmp_path):
     assert cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
+def test_no_cpu_bf16_env_hides_the_bf16_flags(tmp_path, monkeypatch):
+    """PETTINGLLMS_NO_CPU_BF16=1 runs a bf16 box as an AVX2-only one: auto is float32 and the
+    AVX512-BF16 kernels stay off; "0" or unset changes nothing."""
+    from pettingllms.rollout.engines.hf_runtime import cpu_kernels
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("flags\t\t: fpu avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_bf16\n")
+    monkeypatch.setattr(precision, "_said", set())
+    monkeypatch.setenv("PETTINGLLMS_NO_CPU_BF16", "0")
+    assert {"avx512_bf16", "amx_bf16"} <= cpu_flags(str(info))
+    monkeypatch.setenv("PETTINGLLMS_NO_CPU_BF16", "1")
+    assert cpu_flags(str(info)) == {"fpu", "avx2", "fma", "avx512f", "avx512bw", "avx512vl"}
+    assert resolve_dtype("auto", "cpu") == "float32"
+    assert not cpu_kernels._cpu_has_avx512_bf16() and not cpu_kernels.available()
+
+
 @pytest.mark.parametrize("flags,want", [(ZEN2, "float32"), (ZEN4, "bfloat16"), (SAPPHIRE_RAPIDS, "bfloat16"),
                                         (frozenset(), "float32")], ids=["avx2", "avx512_bf16", "amx_bf16", "none"])
 def test_auto_on_cpu_follows_native_bf16(flags, want):

@@ -11,10 +11,15 @@ One resolver for every place that loads or runs the model in `model.dtype`: the 
 the policy workers' frozen LoRA base, logprobs and reference model, verl's mixed precision and the
 pre-flight plan. An explicit dtype (bfloat16, float32, ...) is returned unchanged. Each distinct
 choice is logged once per process, with its reason.
+
+`PETTINGLLMS_NO_CPU_BF16=1` makes this process act as if the CPU had no bf16 instructions
+(`cpu_flags` leaves them out, so auto picks float32 and the AVX512-BF16 decode kernels stay off):
+the way to run the suite on a bf16 box as it runs on an AVX2-only one.
 """
 from __future__ import annotations
 
 import logging
+import os
 from typing import Optional
 
 import torch
@@ -23,20 +28,26 @@ log = logging.getLogger(__name__)
 
 AUTO = "auto"
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of native bf16 arithmetic
+NO_CPU_BF16_ENV = "PETTINGLLMS_NO_CPU_BF16"  # set: pretend the CPU lacks BF16_CPU_FLAGS
 _said: set[tuple[str, str]] = set()
 
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
-    """The first processor's `flags` line (Linux x86); empty when there is none (other systems)."""
+    """The first processor's `flags` line (Linux x86); empty when there is none (other systems).
+    Without the bf16 flags when PETTINGLLMS_NO_CPU_BF16 is set."""
+    flags: frozenset[str] = frozenset()
     try:
         with open(cpuinfo) as fh:
             for line in fh:
                 key, _, value = line.partition(":")
                 if key.strip() == "flags":
-                    return frozenset(value.split())
+                    flags = frozenset(value.split())
+                    break
     except OSError:
         pass
-    return frozenset()
+    if os.environ.get(NO_CPU_BF16_ENV, "") not in ("", "0"):
+        flags = flags - set(BF16_CPU_FLAGS)
+    return flags
 
 
 def choose_dtype(device: str | torch.device = "cpu", flags: Optional[frozenset[str]] = None,

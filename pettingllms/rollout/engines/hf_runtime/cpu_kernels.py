@@ -43,6 +43,8 @@ from typing import Any, Sequence
 
 import torch
 
+from pettingllms.utils.precision import cpu_flags  # the one cpuinfo reader; honours PETTINGLLMS_NO_CPU_BF16
+
 log = logging.getLogger(__name__)
 
 # -fopenmp: at::parallel_for splits the rows over torch's threads only when built with OpenMP (the
@@ -57,11 +59,7 @@ _CPU_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}  # what _CFLAGS 
 
 
 def _cpu_has_avx512_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and _CPU_FLAGS <= set(line.split()) for line in f)
-    except OSError:
-        return False
+    return _CPU_FLAGS <= cpu_flags()
 
 
 @lru_cache(maxsize=1)
