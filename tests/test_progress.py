@@ -83,6 +83,7 @@ def test_token_counter_prefers_the_live_count():
     assert token_counter(Runner(Live()))() == 9
     assert token_counter(Runner(Timed()))() == 5
     assert token_counter(object()) is None
+    assert token_counter(Live())() == 9  # an engine given directly (the dataset scripts)
 
 
 def test_hf_engine_counts_tokens_as_it_samples():
@@ -92,3 +93,54 @@ def test_hf_engine_counts_tokens_as_it_samples():
     out = engine.generate([GenerationRequest([{"role": "user", "content": "Count"}], policy="a",
                                              params=SamplingParams(n=3, temperature=1.0, max_new_tokens=5, seed=1))])
     assert engine.decoded_tokens == sum(len(c.response_ids) for c in out[0]) > 0
+
+
+def _beats_fast(monkeypatch, caplog):
+    """Dataset builds and model conversion take the default interval: make it short."""
+    from pettingllms.utils import progress
+
+    monkeypatch.setattr(progress, "DEFAULT_EVERY_S", 0.02)
+    caplog.set_level(logging.INFO, logger=progress.__name__)
+    return lambda: [r.getMessage() for r in caplog.records if r.name == progress.__name__]
+
+
+def test_grid_dataset_build_reports_rows(tmp_path, monkeypatch, caplog):
+    """build_splits (every grid env's builder): rows done / wanted per split, then "(done)"."""
+    from pettingllms.envs.grid.splits import build_splits
+    from pettingllms.envs.sudoku.data import EASY_TIERS, make_row
+
+    lines = _beats_fast(monkeypatch, caplog)
+
+    def slow_row(seed):  # the real generator, slowed so that the 0.02 s beat fires mid-split
+        time.sleep(0.01)
+        return make_row(seed, EASY_TIERS)
+    report = build_splits(tmp_path / "sudoku_easy", "sudoku", slow_row, n_train=6, n_test=2)
+    assert report["train"]["rows"] == 6
+    train = [ln for ln in lines() if ln.startswith("building sudoku_easy (train): ")]
+    done = [int(re.match(r"building sudoku_easy \(train\): (\d+)/6 rows, \d+ s", ln).group(1)) for ln in train]
+    assert len(done) >= 2 and done == sorted(done) and re.fullmatch(r"building sudoku_easy \(train\): 6/6 rows, \d+ s \(done\)", train[-1])
+
+
+def test_math_build_reports_sources(tmp_path, monkeypatch, caplog):
+    from pettingllms.envs.math import data
+
+    lines = _beats_fast(monkeypatch, caplog)
+    real = data._load_source
+
+    def slow_source(*a, **kw):  # the real source, slowed so that the beat fires while it loads
+        time.sleep(0.1)
+        return real(*a, **kw)
+    monkeypatch.setattr(data, "_load_source", slow_source)
+    data.build(tmp_path / "math_easy", offline=True)
+    said = [ln for ln in lines() if ln.startswith("building math_easy: ")]
+    assert said and said[-1].startswith("building math_easy: 1/1 sources, ") and said[-1].endswith("(done)")
+
+
+def test_a_count_without_total_or_unit():
+    count = [5]
+    p = Progress("traces", None, "", lambda: count[0], every_s=0)
+    count[0] += 12
+    assert re.fullmatch(r"traces: 12 tokens, [\d.]+ tok/s, \d+ s", p.line())
+    p = Progress("stages", None, "steps", every_s=0)
+    p.advance(2)
+    assert re.fullmatch(r"stages: 2 steps, \d+ s", p.line())

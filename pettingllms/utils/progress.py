@@ -4,7 +4,12 @@
 <unit>, N tokens, R tok/s, T s" every `every_s` seconds (and once more when a phase that printed ends). The
 phase calls `advance(n)` as work completes; the token count comes from an optional counter that
 another thread may bump at any time (the HF engine's `decoded_tokens` rises token by token inside
-one generate call, so the rate moves even while no problem has finished yet).
+one generate call, so the rate moves even while no problem has finished yet). With `total=None`
+the line has no "/total" (a count of unknown size), with `unit=""` no count at all (tokens and time
+only); `every_s=None` takes DEFAULT_EVERY_S.
+
+Users: held-out evaluation (eval.progress_s), dataset builds (envs/grid/splits.build_splits, the
+math and code builders) and the embedded model's conversion (utils/models.py).
 """
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ import time
 from typing import Any, Callable, Optional
 
 log = logging.getLogger(__name__)
+DEFAULT_EVERY_S = 5.0  # phases without a config key of their own (dataset builds, model conversion)
 
 
 def token_counter(runner: Any) -> Optional[Callable[[], int]]:
-    """Tokens generated so far by a runner's engine: the HF engine's live count (during a call), else
-    the count after each call (`TimedEngine.generated_tokens`); None where the engine is remote."""
-    engine = getattr(runner, "engine", None)
+    """Tokens generated so far by a runner's engine (or by an engine given directly): the HF engine's
+    live count (during a call), else the count after each call (`TimedEngine.generated_tokens`);
+    None where the engine is remote."""
+    engine = getattr(runner, "engine", runner)
     for name in ("decoded_tokens", "generated_tokens"):
         if engine is not None and isinstance(getattr(engine, name, None), int):
             return lambda: int(getattr(engine, name))
@@ -27,9 +34,11 @@ def token_counter(runner: Any) -> Optional[Callable[[], int]]:
 
 
 class Progress:
-    def __init__(self, what: str, total: int, unit: str, tokens: Optional[Callable[[], int]] = None,
-                 every_s: float = 5.0, emit: Callable[[str], None] = log.info) -> None:
-        self.what, self.total, self.unit, self.every_s, self.emit = what, int(total), unit, float(every_s), emit
+    def __init__(self, what: str, total: Optional[int], unit: str, tokens: Optional[Callable[[], int]] = None,
+                 every_s: Optional[float] = None, emit: Callable[[str], None] = log.info) -> None:
+        self.what, self.unit, self.emit = what, unit, emit
+        self.total = None if total is None else int(total)
+        self.every_s = float(DEFAULT_EVERY_S if every_s is None else every_s)
         self.done = 0
         self._tokens = tokens
         self._tokens0 = tokens() if tokens is not None else 0
@@ -43,12 +52,14 @@ class Progress:
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self._t0
-        parts = [f"{self.what}: {self.done}/{self.total} {self.unit}"]
+        parts = []
+        if self.unit:
+            parts.append(f"{self.done}{'' if self.total is None else f'/{self.total}'} {self.unit}")
         if self._tokens is not None:
             tokens = self._tokens() - self._tokens0
             parts.append(f"{tokens:,} tokens, {tokens / elapsed if elapsed > 0 else 0.0:.1f} tok/s")
         parts.append(f"{elapsed:.0f} s")
-        return ", ".join(parts)
+        return f"{self.what}: " + ", ".join(parts)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.every_s):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from pettingllms.envs.code.data import build
 
@@ -20,6 +21,7 @@ def main() -> None:
     ap.add_argument("--io-tasks", type=int, default=120, help="CodeI/O stdin/stdout tasks")
     ap.add_argument("--humaneval-limit", type=int, default=None)
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the build's progress lines
     try:
         report = build(args.out, seed=args.seed, offline=True if args.offline else None,
                        io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit)

