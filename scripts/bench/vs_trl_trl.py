@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         top_p=float(task["top_p"]), top_k=0, learning_rate=float(task["lr"]), lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0, num_iterations=1,
         epsilon=task["clip"][0], epsilon_high=task["clip"][1], loss_type="dapo", scale_rewards="group",
-        shuffle_dataset=False, gradient_checkpointing=False, model_init_kwargs={"dtype": torch.bfloat16},
+        shuffle_dataset=False, gradient_checkpointing=False, model_init_kwargs={"dtype": getattr(torch, task.get("dtype", "bfloat16"))},
         logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0,
     )
     peft_config = None if task["full"] else peft.LoraConfig(
