@@ -19,7 +19,7 @@ rate in the dtype both sides run, then the ratios ours/TRL.
 Dtype: each side gets the box's best (--dtype auto, the default: model.dtype=auto's rule, bf16
 where the CPU computes it natively, else float32; the plan line says which and why). Ours loads
 the model in it (trainable LoRA/full weights stay model.train_dtype=float32); TRL loads the model
-in it (model_init_kwargs). The fp32 and bf16 matmul rates are both printed, so the choice can be
+in it (model_init_kwargs), its bf16 autocast on only when it is bf16 (TRL's default is on). The fp32 and bf16 matmul rates are both printed, so the choice can be
 checked against this box.
 
 TRL is optional: when our Python cannot import it, the script builds its own venv
