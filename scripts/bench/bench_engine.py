@@ -206,7 +206,8 @@ def main(argv=None) -> dict:
                     help="rollout.vllm.cpu_threads: 0 this process's torch threads, unpinned; -1 vLLM's default")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--context", type=int, default=0, help="filler words added to each prompt (see above)")
-    ap.add_argument("--roofline", action="store_true", help="measure the box's ceilings and print each tok/s as a fraction")
+    ap.add_argument("--roofline", action="store_true",
+                    help="measure the box's ceilings and print each tok/s as a fraction of them")
     ap.add_argument("--roofline-mib", type=int, default=256, help="buffer read for the bandwidth (MiB)")
     args = ap.parse_args(argv)
     from pettingllms.utils.precision import resolve_dtype

@@ -19,8 +19,8 @@ rate in the dtype both sides run, then the ratios ours/TRL.
 Dtype: each side gets the box's best (--dtype auto, the default: model.dtype=auto's rule, bf16
 where the CPU computes it natively, else float32; the plan line says which and why). Ours loads
 the model in it (trainable LoRA/full weights stay model.train_dtype=float32); TRL loads the model
-in it (model_init_kwargs), its bf16 autocast on only when it is bf16 (TRL's default is on). The fp32 and bf16 matmul rates are both printed, so the choice can be
-checked against this box.
+in it (model_init_kwargs), its bf16 autocast on only when it is bf16 (TRL's default is on). The
+fp32 and bf16 matmul rates are both printed, so the choice can be checked against this box.
 
 TRL is optional: when our Python cannot import it, the script builds its own venv
 (--trl-venv, default .bench/trl-venv; TRL pins a newer transformers than our vLLM/verl stack)
@@ -208,7 +208,8 @@ def build_task(args: argparse.Namespace, threads: int) -> dict:
             env.reset(problems[i], seed=0)
             rows.append({"prompt": env.observation(env.agents[0]), "answer": str(problems[i]["answer"])})
     return {"model_path": model_path, "rows": rows, "k": args.k, "batch": args.batch,
-            "max_new_tokens": args.max_new_tokens, "dtype": side_dtype(args)[0], "temperature": args.temperature, "top_p": args.top_p,
+            "max_new_tokens": args.max_new_tokens, "dtype": side_dtype(args)[0],
+            "temperature": args.temperature, "top_p": args.top_p,
             "lr": args.lr, "full": args.full, "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
             "lora_targets": list(cfg.model.lora.target_modules), "micro_batch": args.micro_batch,
             "threads": threads, "steps": args.steps, "seed": args.seed, "repo": str(ROOT),
@@ -293,7 +294,8 @@ def print_summary(name: str, s: dict) -> None:
           f"other {s['other_s']:.2f}); generation {s['gen_tok_s']:.1f} useful tok/s; update "
           f"{s['update_tok_s']:.1f} batch tok/s ({s['update_run_tok_s']:.1f} computed) = "
           f"{s['update_gflops']:.1f} GFLOP/s "
-          f"({100 * s['update_frac_of_matmul']:.0f}% of {s.get('matmul_dtype', 'bfloat16')} matmul); peak RSS {s['peak_rss_gb']:.2f} GB; "
+          f"({100 * s['update_frac_of_matmul']:.0f}% of {s.get('matmul_dtype', 'bfloat16')} matmul); "
+          f"peak RSS {s['peak_rss_gb']:.2f} GB; "
           f"reward {s['reward']:.3f}; {s['timed_steps']} timed steps in {s['runs']} runs; "
           f"{s['threads']} threads; {v}")
 
@@ -319,7 +321,8 @@ def print_multi(s: dict, runs: list[dict], gflops: float) -> None:
     env = statistics.median(x["env_s"] for x in steps)
     print(f"multi-agent (quickstart, AT-GRPO): step {s['step_s']:.2f} s = generate {s['generate_s']:.2f} + "
           f"env {env:.2f} + update {s['update_s']:.2f} + other {max(0.0, s['other_s'] - env):.2f}; "
-          f"physical limit {limit:.2f} s at {gflops:.0f} GFLOP/s {s.get('matmul_dtype', 'bfloat16')} matmul ({s['step_s'] / limit:.1f}x above "
+          f"physical limit {limit:.2f} s at {gflops:.0f} GFLOP/s {s.get('matmul_dtype', 'bfloat16')} matmul "
+          f"({s['step_s'] / limit:.1f}x above "
           f"it; decode at small batch is memory-bound, so the limit is a floor, not a target)")
 
 
@@ -376,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                 ours_threads = "auto" if args.threads == "auto" else task["threads"]
                 res = run_ours(task, "single_grpo", overrides(args, task["model_path"], ours_threads, out_dir))
             else:
-                res = run_ours(task, "quickstart", [f"model.dtype={args.dtype}", f"trainer.threads={'auto' if args.threads == 'auto' else task['threads']}",
+                res = run_ours(task, "quickstart", [f"model.dtype={args.dtype}",
+                                                    f"trainer.threads={'auto' if args.threads == 'auto' else task['threads']}",
                                                     f"trainer.total_steps={args.steps}", "trainer.checkpoint.save_freq=0",
                                                     "trainer.validation.val_freq=0", "trainer.logging.progress_bar=false",
                                                     "trainer.logging.save_trajectories=false",

@@ -79,8 +79,8 @@ def _generate(engine, policy: str, sampling: dict, prompts: list, seed: int) -> 
     with Progress("SFT rows (tool agent)", len(prompts), "prompts", token_counter(engine)) as progress:
         for start in range(0, len(prompts), CHUNK):
             requests = [GenerationRequest(messages=m, policy=policy, request_id=f"tool/{start + i}",
-                                          params=SamplingParams(n=1, seed=derive_seed(seed, "cold_start_tool", start + i),
-                                                                **sampling))
+                                          params=SamplingParams(n=1, **sampling,
+                                                                seed=derive_seed(seed, "cold_start_tool", start + i)))
                         for i, m in enumerate(prompts[start: start + CHUNK])]
             texts += [completions[0].text for completions in engine.generate(requests)]
             progress.advance(len(requests))
