@@ -52,21 +52,26 @@ def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
         result["wall_s"] = time.perf_counter() - t0
     finally:
         backend.close()
-    result.update({"experiment": str(cfg.experiment), "split": str(cfg.eval.split),
+    result.update({"experiment": str(cfg.experiment), "split": str(cfg.eval.split), "dtype": assemble.model_dtype(cfg),
                    "checkpoint": str(ckpt) if ckpt else "", "model": ", ".join(sorted(set(bases.values()))),
                    "seed": int(cfg.seed), "config": OmegaConf.to_container(cfg, resolve=True)})
     return result
 
 
-# Config sections an evaluation's numbers depend on (with the checkpoint); eval.output is not one.
+# Config sections an evaluation's numbers depend on (with the checkpoint); eval.output and
+# eval.progress_s are not.
 _RESULT_SETTINGS = ("seed", "model", "rollout", "env", "reward", "policies", "agents", "agents_mode", "eval")
 
 
 def settings_hash(cfg: DictConfig, checkpoint: str) -> str:
-    """Short hash of what decides the results, so evals with other settings get other files."""
+    """Short hash of what decides the results, so evals with other settings get other files
+    (model.dtype=auto as it resolves here: a bf16 and a float32 box write different files)."""
+    from pettingllms.trainer.assemble import model_dtype
+
     config = OmegaConf.to_container(cfg, resolve=True)
     settings = {k: config.get(k) for k in _RESULT_SETTINGS}
-    settings["eval"] = {k: v for k, v in (settings["eval"] or {}).items() if k != "output"}
+    settings["model"] = {**(settings["model"] or {}), "dtype": model_dtype(cfg)}
+    settings["eval"] = {k: v for k, v in (settings["eval"] or {}).items() if k not in ("output", "progress_s")}
     blob = json.dumps([settings, checkpoint], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 

@@ -13,10 +13,11 @@ head_dim per token in model.dtype for a call's sequences.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from pettingllms.utils.placement import VerlAsk, engine_gpu_ids, rollout_worker_gpus
+from pettingllms.utils.precision import resolve_dtype
 
 GIB = 1024 ** 3
 _BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
@@ -147,6 +148,8 @@ def _gib(n: float) -> str:
 
 def make_plan(p: PlanInputs, gpus: int, gpu_bytes: int, host_bytes: int) -> Plan:
     """`gpus`: GPUs per node the run will see; `gpu_bytes`: each one's memory."""
+    on_gpu = gpus > 0 and p.device != "cpu"
+    p = replace(p, dtype=resolve_dtype(p.dtype, "cuda" if on_gpu else "cpu"))  # model.dtype=auto
     backend, plan_specs = p.backend, p.specs
     lines = [f"pre-flight plan: trainer.backend={backend}, rollout.engine={p.engine}, {len(plan_specs)} "
              f"polic{'y' if len(plan_specs) == 1 else 'ies'}, {gpus} GPU(s) per node of {_gib(gpu_bytes)}"
@@ -180,7 +183,6 @@ def make_plan(p: PlanInputs, gpus: int, gpu_bytes: int, host_bytes: int) -> Plan
         devices.setdefault(dev, []).append(f"{what} ({_gib(nbytes)})")
         need[dev] = need.get(dev, 0) + nbytes
 
-    on_gpu = gpus > 0 and p.device != "cpu"
     ask = None
     if backend == "verl":
         world = p.n_per_node * p.nnodes

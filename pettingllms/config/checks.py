@@ -88,6 +88,7 @@ _RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("eval.k", lambda v: v >= 1, "must be >= 1"),
     ("eval.limit", lambda v: v >= 1, "must be >= 1 or null"),
     ("eval.temperature", lambda v: v >= 0, "must be >= 0 (0 is greedy)"),
+    ("eval.progress_s", lambda v: v >= 0, "must be >= 0 (0: no progress lines)"),
 ]
 
 
@@ -140,9 +141,10 @@ def _check_agents(cfg: DictConfig) -> None:
 
 def _check_dtypes(cfg: DictConfig) -> None:
     from pettingllms.utils.models import DTYPE_NAMES
+    from pettingllms.utils.precision import AUTO
 
-    for key in ("model.dtype", "model.train_dtype"):
-        _choice(key, str(OmegaConf.select(cfg, key)), DTYPE_NAMES)
+    for key, names in (("model.dtype", (AUTO,) + DTYPE_NAMES), ("model.train_dtype", DTYPE_NAMES)):
+        _choice(key, str(OmegaConf.select(cfg, key)), names)
         if str(cfg.trainer.backend) != "verl" and str(OmegaConf.select(cfg, key)) in ("float16", "fp16"):
             raise ConfigError(f"{key}=float16 on trainer.backend={cfg.trainer.backend}: its policy workers have no "
                               "GradScaler, so fp16 gradients would underflow; use bfloat16 (or float32), or "

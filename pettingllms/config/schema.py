@@ -26,7 +26,9 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     path: str = "embedded:smollm2-135m-instruct"  # embedded:NAME, a hub id, or a local HF folder
-    dtype: str = "bfloat16"  # weights for generation and (LoRA) frozen base
+    # weights and compute for generation, the (LoRA) frozen base, logprobs and the reference model;
+    # auto: bf16 where the hardware computes bf16 natively, else float32 (utils/precision.py)
+    dtype: str = "auto"
     train_dtype: str = "float32"  # trainable weights (full fine-tuning master copy / adapters)
     lora: LoraConfig = field(default_factory=LoraConfig)
     gradient_checkpointing: bool = False
@@ -292,6 +294,7 @@ class EvalConfig:
     # faster (wider generate batches) and only changes which sampling seed each problem gets
     batch_problems: Optional[int] = None
     checkpoint: str = ""  # empty: the base model
+    progress_s: float = 5.0  # a log line this often while it runs (problems done / total, tok/s); 0: none
     output: str = ""  # results JSON; empty: next to the checkpoint, or outputs/<experiment>/eval/
 
 

@@ -76,6 +76,7 @@ def build_policies(mapping: MappingConfig, settings: WorkerSettings, agents: Seq
     from pettingllms.policies.lora import SharedLoraBase
     from pettingllms.policies.worker import PolicyWorker, load_model
     from pettingllms.utils.models import torch_dtype
+    from pettingllms.utils.precision import resolve_dtype
 
     plan = resolve_policies(mapping, agents)
     shared_bases: dict[str, SharedLoraBase] = {}
@@ -85,7 +86,8 @@ def build_policies(mapping: MappingConfig, settings: WorkerSettings, agents: Seq
         if spec.is_lora and spec.model_key.startswith("lora-base:"):
             lora_base = shared_bases.get(spec.model_key)
             if lora_base is None:
-                base = load_model(spec.base, torch_dtype(settings.dtype), torch.device(settings.device))
+                base = load_model(spec.base, torch_dtype(resolve_dtype(settings.dtype, settings.device)),
+                                  torch.device(settings.device))
                 lora_base = SharedLoraBase(base, spec.base, torch_dtype(settings.train_dtype))
                 shared_bases[spec.model_key] = lora_base
         workers[name] = PolicyWorker(spec, settings, lora_base=lora_base)

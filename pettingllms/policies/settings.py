@@ -10,7 +10,8 @@ from pettingllms.config.schema import AlgorithmConfig, OptimConfig
 class WorkerSettings:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)  # loss, epochs, mini-batches
     optim: OptimConfig = field(default_factory=OptimConfig)  # AdamW and its schedule (per-policy lr in the spec)
-    dtype: str = "bfloat16"  # model.dtype: generation and the frozen LoRA base; bf16 turns autocast on
+    # model.dtype: generation and the frozen LoRA base (auto: utils.precision); bf16 turns autocast on
+    dtype: str = "auto"
     train_dtype: str = "float32"  # model.train_dtype: the weights that train
     gradient_checkpointing: bool = False
     micro_batch_size: int = 8  # sequences per forward/backward

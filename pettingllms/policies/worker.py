@@ -4,7 +4,7 @@ update(samples, step) runs algorithm.ppo_epochs x algorithm.mini_batches AdamW s
 over micro-batches with gradient accumulation. Weights that train are kept in
 model.train_dtype (fp32 master for full fine-tuning; fp32 adapters over a frozen
 base for LoRA) so small updates do not vanish in bf16 rounding; the forward pass
-runs under bf16 autocast when model.dtype is bf16.
+runs under bf16 autocast when model.dtype resolves to bf16 (auto: utils.precision's pick).
 
 Offload (policy.offload: true, L3): after `release()` the worker writes its state
 (weights, optimizer, scheduler) to a private temp dir and drops the model; the next
@@ -36,6 +36,7 @@ from pettingllms.policies.training import (BATCH_LOSSES, ROLE_KEYS, adamw_kernel
 from pettingllms.records import Sample
 from pettingllms.rollout.engines.weights import WeightUpdate, to_dtype
 from pettingllms.utils.models import load_causal_lm, resolve_device, resolve_model_path, torch_dtype
+from pettingllms.utils.precision import resolve_dtype
 from pettingllms.utils.vision import is_vision_config, is_vision_folder, load_vision_lm, sample_pixels
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class PolicyWorker:
         self.spec, self.settings, self.name = spec, settings, spec.name
         self.trainable = True
         self.device = torch.device(settings.device)
-        self.dtype = torch_dtype(settings.dtype)
+        self.dtype = torch_dtype(resolve_dtype(settings.dtype, self.device))
         self.train_dtype = torch_dtype(settings.train_dtype)
         self.algo, self.optim = settings.algorithm, settings.optim
         self.seed = int(settings.seed)
@@ -61,13 +62,10 @@ class PolicyWorker:
         self.temperature = temp if temp > 0 else 1.0  # logprobs under the sampling distribution
         self.autocast = self.dtype in (torch.bfloat16, torch.float16)
         self.updates = 0  # update() calls that trained (drives the LR schedule)
-        self._lora_base = lora_base
-        self._owns_lora_base = False
+        self._lora_base, self._owns_lora_base = lora_base, spec.is_lora and lora_base is None
         self._offload_dir: Optional[Path] = None
-        self._processor = None  # a VLM's processor: turns samples' images into pixel inputs
+        self._processor = None  # a VLM's processor (samples' images to pixel inputs)
         self.model = self.optimizer = self.scheduler = self.ref_model = None
-        if spec.is_lora and lora_base is None:
-            self._owns_lora_base = True
         self._build()
 
     # ---------------------------------------------------------------- building

@@ -109,7 +109,15 @@ def evaluate_on(make_rollout: Any, cfg: DictConfig, problems: list[dict[str, Any
     chunk = cfg.eval.batch_problems or cfg.rollout.batch_size
     return evaluate_problems(make_rollout, rollout_settings(cfg), problems, int(cfg.eval.k), seed,
                              env_name=str(cfg.env.name), temperature=float(cfg.eval.temperature),
-                             chunk=int(chunk))
+                             chunk=int(chunk), progress_s=float(cfg.eval.progress_s))
+
+
+def model_dtype(cfg: DictConfig) -> str:
+    """model.dtype as it runs here: auto resolved for trainer.device (bf16 or float32, utils/precision.py)."""
+    from pettingllms.utils.models import resolve_device
+    from pettingllms.utils.precision import resolve_dtype
+
+    return resolve_dtype(str(cfg.model.dtype), resolve_device(str(cfg.trainer.device)))
 
 
 def worker_settings(cfg: DictConfig, device: torch.device | str | None = None) -> WorkerSettings:

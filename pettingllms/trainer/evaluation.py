@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from pettingllms.records import Episode
 from pettingllms.rollout.runner import RolloutSettings
+from pettingllms.utils.progress import Progress, token_counter
 
 
 def eval_settings(settings: RolloutSettings, k: int, temperature: float) -> RolloutSettings:
@@ -45,19 +46,23 @@ def _aggregate(scores: list[dict[str, float]], k: int) -> dict[str, float]:
 
 def evaluate_problems(make_rollout: Callable[[RolloutSettings], Any], settings: RolloutSettings,
                       problems: list[dict[str, Any]], k: int, seed: int, *, env_name: str,
-                      temperature: float, chunk: int) -> dict[str, Any]:
+                      temperature: float, chunk: int, progress_s: float = 0.0) -> dict[str, Any]:
     """Play k episodes per problem at `temperature`, `chunk` problems per rollout call, and score them.
 
     make_rollout(eval_settings) returns an object with `.run(problems, seed, k) -> Batch`
-    (a backend's runner over the current engine).
+    (a backend's runner over the current engine). `progress_s` > 0: a line that often (problems
+    done / total, tokens, tok/s; utils/progress.py).
     """
     rollout = make_rollout(eval_settings(settings, k, temperature))
     chunk = max(1, int(chunk))
     by_problem: dict[str, list[Episode]] = defaultdict(list)
-    for i in range(0, len(problems), chunk):
-        batch = rollout.run(problems[i: i + chunk], seed=seed + i, k=k)
-        for e in batch.episodes:
-            by_problem[e.problem_id].append(e)
+    with Progress(f"evaluation ({env_name}, k={k})", len(problems), "problems", token_counter(rollout),
+                  every_s=progress_s) as progress:
+        for i in range(0, len(problems), chunk):
+            batch = rollout.run(problems[i: i + chunk], seed=seed + i, k=k)
+            for e in batch.episodes:
+                by_problem[e.problem_id].append(e)
+            progress.advance(len(problems[i: i + chunk]))
     per_source: dict[str, list[dict[str, float]]] = defaultdict(list)
     everything = []
     for p in problems:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 RESUME_FREE_KEYS = ("trainer.checkpoint.resume", "trainer.checkpoint.resume_allow_changes", "trainer.run_name",
                     "trainer.output_dir", "trainer.logging.progress_bar", "trainer.checkpoint.save_freq",
                     "trainer.checkpoint.keep_checkpoints", "trainer.logging.log_tensorboard", "trainer.logging.save_trajectories",
-                    "trainer.logging.logger", "trainer.logging.project")
+                    "trainer.logging.logger", "trainer.logging.project", "eval.progress_s")
 CHANGES_FILE = "config_changes.jsonl"
 # What a run writes into its folder (outputs.py, checkpoint.py).
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "tensorboard", "trajectories", "checkpoints",

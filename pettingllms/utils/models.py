@@ -61,6 +61,9 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
     try:
         return _DTYPES[str(name).lower()]
     except KeyError:
+        if str(name).lower() == "auto":
+            raise ValueError("dtype 'auto' depends on the device: resolve it first "
+                             "(pettingllms.utils.precision.resolve_dtype)") from None
         raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(sorted(_DTYPES))}") from None
 
 
@@ -162,13 +165,24 @@ def _tokenizer_folder() -> Path:
 
 
 def _build_embedded(name: str, out: Path) -> None:
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from pettingllms.utils.progress import Progress
 
     folder, filename = _gguf_location(name)
     print(f"pettingllms: converting embedded model {name} to a bf16 HF folder (once)...", file=sys.stderr)
+    # steps: GGUF read and de-quantised, plain model rebuilt, bf16 folder written
+    with Progress(f"pettingllms: converting {name}", 3, "steps",
+                  emit=lambda line: print(line, file=sys.stderr, flush=True)) as progress:
+        _convert_gguf(folder, filename, out, progress)
+
+
+def _convert_gguf(folder: str, filename: str, out: Path, progress: Any) -> None:
+    """The GGUF file as a plain bf16 HF folder at `out`; `progress.advance()` after each step."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
     tokenizer = load_tokenizer(str(_tokenizer_folder()))
     # float32 de-quantises every tensor into a plain nn.Linear weight.
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+    progress.advance()
     # save_pretrained refuses a model that carries a gguf quantization_config: rebuild a plain one.
     config_dict = gguf_model.config.to_dict()
     config_dict.pop("quantization_config", None)
@@ -181,11 +195,13 @@ def _build_embedded(name: str, out: Path) -> None:
     plain.tie_weights()
     del gguf_model
     plain = plain.to(torch.bfloat16)
+    progress.advance()
     plain.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id)
     plain.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    progress.advance()
 
 
 # ---------------------------------------------------------------- tiny random model
@@ -319,13 +335,16 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
-def load_causal_lm(path: str, dtype: str | torch.dtype = "bfloat16", device: str = "cpu") -> Any:
-    """A causal LM in eval mode, weights in `dtype`, on `device`."""
+def load_causal_lm(path: str, dtype: str | torch.dtype = "auto", device: str = "cpu") -> Any:
+    """A causal LM in eval mode, weights in `dtype` (`auto`: utils.precision's choice for `device`),
+    on `device`."""
     from transformers import AutoModelForCausalLM
 
     from pettingllms.utils.attention import use_gqa_attention
+    from pettingllms.utils.precision import resolve_dtype
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype(dtype))
+    dtype = torch_dtype(resolve_dtype(dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=dtype)
     use_gqa_attention(model)  # no K/V copy per query head under padding masks (same numbers)
     return model.to(device).eval()
 

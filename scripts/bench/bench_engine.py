@@ -10,6 +10,7 @@ engine with its lean Llama forward off (rollout.engine_options.lean_forward=fals
     .venv/bin/python scripts/bench/bench_engine.py --engines hf hf_plain generate --batches 1 4 16
     .venv/bin/python scripts/bench/bench_engine.py --engines hf hf_onednn generate --batches 1 2 4 8
     .venv/bin/python scripts/bench/bench_engine.py --engines vllm vllm_budget vllm_split --context 400 --batches 64
+    .venv/bin/python scripts/bench/bench_engine.py --engines hf generate --batches 1 16 --roofline
 
 For each batch size B it takes B different math questions (chat template, temperature 0.7,
 max_new_tokens 128) and counts the tokens each engine produced up to and including the end token.
@@ -20,6 +21,12 @@ wall times. `vllm_raw` sends the same prompt ids and sampling params straight to
 our engine holds, so vllm / vllm_raw is what the seam costs. Prints a table with the ratios to
 the first engine and one JSON line. vLLM runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0);
 `--kv-gib` sizes its CPU KV cache.
+
+`--roofline` also measures, in the same run and with the engines' torch threads, this box's memory
+read bandwidth and its fp32 and bf16 GEMM rates at each batch's shape, and prints each engine's
+tok/s as a fraction of the box's ceiling (pettingllms/utils/roofline.py: batch 1 is bound by the
+weights' bf16 bytes per token over the bandwidth, larger batches by 2 FLOPs per weight per token
+over the faster GEMM rate).
 
 vLLM on CPU cannot split a seeded prompt's prefill over scheduler steps (see
 `pettingllms/rollout/engines/vllm.py:_cpu_prefill`); the ways around it, on prompts long enough
@@ -188,7 +195,7 @@ def run_once(name: str, engine, batch: int, args):
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtype", default="bfloat16", help="auto: model.dtype=auto's choice for --device")
     ap.add_argument("--device", default="cpu", help="HF engine device (vLLM picks its own)")
     ap.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf_plain", "hf_onednn", "vllm", "vllm_raw", "vllm_budget", "vllm_split", "generate"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 32])
@@ -205,7 +212,12 @@ def main(argv=None) -> dict:
                     help="cpu: this process's CPU time instead of wall time (a shared box; meaningful for the "
                          "hf engines with --threads 1, not for vLLM's own threads)")
     ap.add_argument("--context", type=int, default=0, help="filler words added to each prompt (see above)")
+    ap.add_argument("--roofline", action="store_true",
+                    help="measure the box's ceilings and print each tok/s as a fraction of them")
+    ap.add_argument("--roofline-mib", type=int, default=256, help="buffer read for the bandwidth (MiB)")
     args = ap.parse_args(argv)
+    from pettingllms.utils.precision import resolve_dtype
+    args.dtype = resolve_dtype(args.dtype, args.device)  # the result records the dtype that ran
     CONTEXT["words"] = args.context
     CLOCK[0] = time.process_time if args.clock == "cpu" else time.perf_counter
 
@@ -217,6 +229,14 @@ def main(argv=None) -> dict:
         if family not in engines:
             engines[family], load_s[family] = build(family, args)
             bench_engine(engines[family], 2, 8, args.temperature, args.seed)  # warm-up (allocator, kernels)
+    roof = None
+    if args.roofline:  # after the engines set torch's threads; before the runs, on the same box
+        from pettingllms.utils.models import resolve_model_path
+        from pettingllms.utils.roofline import ModelShape, Roofline
+
+        roof = Roofline.measure(ModelShape.of_folder(resolve_model_path(args.model)), args.batches, args.roofline_mib)
+        for line in roof.describe():
+            print(line, flush=True)
     rows = []
     for batch in args.batches:
         row = {"batch": batch}
@@ -230,16 +250,25 @@ def main(argv=None) -> dict:
             row[f"{name}/{args.engines[0]}"] = round(row[name]["tok_s"] / first, 2)
         if "vllm" in row and "vllm_raw" in row:
             row["seam_overhead"] = round(1 - row["vllm"]["tok_s"] / row["vllm_raw"]["tok_s"], 3)
+        if roof is not None:
+            row["roofline_tok_s"], row["roofline_bound"] = round(roof.tok_s(batch)[0], 1), roof.tok_s(batch)[1]
+            for name in args.engines:
+                row[name]["of_roofline"] = round(row[name]["tok_s"] / roof.tok_s(batch)[0], 3)
         rows.append(row)
     ratios = [f"{n}/{args.engines[0]}" for n in args.engines[1:]]
     print(" | ".join([f"{'batch':>5}"] + [f"{n + ' tok/s':>14}" for n in args.engines] + [f"{r:>12}" for r in ratios]))
     for r in rows:
         print(" | ".join([f"{r['batch']:>5}"] + [f"{r[n]['tok_s']:>14}" for n in args.engines]
                          + [f"{r[x]:>12}" for x in ratios]))
+    if roof is not None:
+        print("roofline fractions (tok/s / the box's ceiling):")
+        for r in rows:
+            print(f"  batch {r['batch']}: ceiling {r['roofline_tok_s']} tok/s ({r['roofline_bound']}-bound); "
+                  + ", ".join(f"{n} {r[n]['tok_s']} tok/s = {100 * r[n]['of_roofline']:.0f}%" for n in args.engines))
     result = {"model": args.model, "dtype": args.dtype, "new_tokens": args.new_tokens, "temperature": args.temperature,
               "vllm_compile": args.compile, "context_words": args.context, "vllm_threads": args.vllm_threads, "clock": args.clock, "threads": torch.get_num_threads(),
               "load_s": {k: round(v, 1) for k, v in load_s.items()}, "loadavg_1m": round(os.getloadavg()[0], 1),
-              "rows": rows}
+              "rows": rows, "roofline": roof.as_dict() if roof is not None else None}
     print(json.dumps(result))
     for engine in engines.values():
         engine.close()

@@ -13,8 +13,14 @@ math env's answer extraction and judge), the same model files, K, batch, new tok
 LoRA config, lr, beta=0, micro-batch and torch thread count. Each side runs in its own
 subprocess; sides alternate for --rounds rounds. Per side it prints the median step time after
 each run's first step, generation useful tokens/s (response tokens up to EOS), update tokens/s
-(prompt + response tokens trained), peak RSS, the update's GFLOP/s against this box's bf16
-matmul rate, then the ratios ours/TRL.
+(prompt + response tokens trained), peak RSS, the update's GFLOP/s against this box's matmul
+rate in the dtype both sides run, then the ratios ours/TRL.
+
+Dtype: each side gets the box's best (--dtype auto, the default: model.dtype=auto's rule, bf16
+where the CPU computes it natively, else float32; the plan line says which and why). Ours loads
+the model in it (trainable LoRA/full weights stay model.train_dtype=float32); TRL loads the model
+in it (model_init_kwargs), its bf16 autocast on only when it is bf16 (TRL's default is on). The
+fp32 and bf16 matmul rates are both printed, so the choice can be checked against this box.
 
 TRL is optional: when our Python cannot import it, the script builds its own venv
 (--trl-venv, default .bench/trl-venv; TRL pins a newer transformers than our vLLM/verl stack)
@@ -55,6 +61,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         "trainer.threads=auto, TRL the allowed cores (its default)")
     p.add_argument("--model", default="embedded:smollm2-135m-instruct", help="model.path (same files for TRL)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="auto", help="model dtype, both sides (default auto: the box's best, see above)")
     p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     p.add_argument("--busy", type=int, default=0, metavar="N", help="N cores taken by busy loops during both sides")
     p.add_argument("--multi-agent", action="store_true",
@@ -147,18 +154,21 @@ def machine() -> str:
     return f"{cpu}, {allowed} allowed cores of {os.cpu_count()}, {mem:.0f} GiB"
 
 
-def matmul_gflops(threads: int, seconds: float = 2.0) -> float:
-    """This box's bf16 matmul rate (GFLOP/s) with `threads` torch threads: the update's ceiling."""
+def side_dtype(args: argparse.Namespace) -> tuple[str, str]:
+    """(dtype both sides load the model in, why): --dtype, auto resolved by model.dtype=auto's rule."""
+    from pettingllms.utils.precision import AUTO, choose_dtype
+    if args.dtype.lower() == AUTO:
+        return choose_dtype("cpu")
+    return args.dtype, "--dtype given"
+
+
+def matmul_gflops(threads: int, dtype: str = "bfloat16", seconds: float = 2.0) -> float:
+    """This box's 1024^3 matmul rate (GFLOP/s) in `dtype` with `threads` torch threads: the update's ceiling."""
     import torch
+
+    from pettingllms.utils.roofline import gemm_rate
     torch.set_num_threads(threads)
-    a = torch.randn(1024, 1024, dtype=torch.bfloat16)
-    b = torch.randn(1024, 1024, dtype=torch.bfloat16)
-    a @ b
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        n += 1
-    return 2 * 1024 ** 3 * n / (time.perf_counter() - t0) / 1e9
+    return gemm_rate(1024, 1024, 1024, getattr(torch, dtype), seconds) / 1e9
 
 
 # ---------------------------------------------------------------- the shared task
@@ -167,7 +177,7 @@ def overrides(args: argparse.Namespace, model_path: str, threads: int | str, out
     """Our trainer's config for the benchmark task (single_grpo on math_easy, one turn)."""
     return [
         "env=math_single", "env.data=math_easy", "env.max_turns=1", f"seed={args.seed}",
-        f"model.path={model_path}", f"model.lora.enabled={str(not args.full).lower()}",
+        f"model.path={model_path}", f"model.dtype={args.dtype}", f"model.lora.enabled={str(not args.full).lower()}",
         f"model.lora.rank={args.lora_rank}", f"model.lora.alpha={args.lora_alpha}",
         f"rollout.batch_size={args.batch}", f"rollout.k={args.k}",
         f"rollout.sampling.max_new_tokens={args.max_new_tokens}",
@@ -198,7 +208,8 @@ def build_task(args: argparse.Namespace, threads: int) -> dict:
             env.reset(problems[i], seed=0)
             rows.append({"prompt": env.observation(env.agents[0]), "answer": str(problems[i]["answer"])})
     return {"model_path": model_path, "rows": rows, "k": args.k, "batch": args.batch,
-            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+            "max_new_tokens": args.max_new_tokens, "dtype": side_dtype(args)[0],
+            "temperature": args.temperature, "top_p": args.top_p,
             "lr": args.lr, "full": args.full, "lora_rank": args.lora_rank, "lora_alpha": args.lora_alpha,
             "lora_targets": list(cfg.model.lora.target_modules), "micro_batch": args.micro_batch,
             "threads": threads, "steps": args.steps, "seed": args.seed, "repo": str(ROOT),
@@ -255,7 +266,7 @@ def _modules(worker):
 
 # ---------------------------------------------------------------- summary
 
-def summarize(runs: list[dict], gflops: float, lora: bool) -> dict:
+def summarize(runs: list[dict], gflops: float, lora: bool, matmul_dtype: str = "bfloat16") -> dict:
     """Medians over the timed steps (each run's first step is warm-up)."""
     steps = [s for r in runs for s in r["steps"][1:]]
     med = lambda key: statistics.median(s[key] for s in steps)  # noqa: E731
@@ -271,7 +282,7 @@ def summarize(runs: list[dict], gflops: float, lora: bool) -> dict:
     return {"step_s": med("step_s"), "generate_s": med("generate_s"), "update_s": med("update_s"),
             "other_s": statistics.median(s["step_s"] - s["generate_s"] - s["update_s"] for s in steps),
             "gen_tok_s": gen_tps, "update_tok_s": upd_tps, "update_run_tok_s": run_tps, "update_gflops": upd_gflops,
-            "update_frac_of_matmul": upd_gflops / gflops if gflops else 0.0,
+            "update_frac_of_matmul": upd_gflops / gflops if gflops else 0.0, "matmul_dtype": matmul_dtype,
             "peak_rss_gb": max(r["peak_rss_mb"] for r in runs) / 1024,
             "reward": statistics.mean(s["reward"] for s in steps), "runs": len(runs), "timed_steps": len(steps),
             "versions": runs[0]["versions"], "threads": runs[0]["threads"]}
@@ -283,7 +294,8 @@ def print_summary(name: str, s: dict) -> None:
           f"other {s['other_s']:.2f}); generation {s['gen_tok_s']:.1f} useful tok/s; update "
           f"{s['update_tok_s']:.1f} batch tok/s ({s['update_run_tok_s']:.1f} computed) = "
           f"{s['update_gflops']:.1f} GFLOP/s "
-          f"({100 * s['update_frac_of_matmul']:.0f}% of bf16 matmul); peak RSS {s['peak_rss_gb']:.2f} GB; "
+          f"({100 * s['update_frac_of_matmul']:.0f}% of {s.get('matmul_dtype', 'bfloat16')} matmul); "
+          f"peak RSS {s['peak_rss_gb']:.2f} GB; "
           f"reward {s['reward']:.3f}; {s['timed_steps']} timed steps in {s['runs']} runs; "
           f"{s['threads']} threads; {v}")
 
@@ -309,7 +321,8 @@ def print_multi(s: dict, runs: list[dict], gflops: float) -> None:
     env = statistics.median(x["env_s"] for x in steps)
     print(f"multi-agent (quickstart, AT-GRPO): step {s['step_s']:.2f} s = generate {s['generate_s']:.2f} + "
           f"env {env:.2f} + update {s['update_s']:.2f} + other {max(0.0, s['other_s'] - env):.2f}; "
-          f"physical limit {limit:.2f} s at {gflops:.0f} GFLOP/s bf16 matmul ({s['step_s'] / limit:.1f}x above "
+          f"physical limit {limit:.2f} s at {gflops:.0f} GFLOP/s {s.get('matmul_dtype', 'bfloat16')} matmul "
+          f"({s['step_s'] / limit:.1f}x above "
           f"it; decode at small batch is memory-bound, so the limit is a floor, not a target)")
 
 
@@ -347,8 +360,8 @@ def plan(args: argparse.Namespace, threads: int) -> list[str]:
         f"lr={args.lr} constant, beta=0, micro-batch {args.micro_batch}, "
         f"{'ours trainer.threads=auto, TRL ' + str(threads) if args.threads == 'auto' else threads} torch threads, "
         f"seed {args.seed}",
-        "dtypes: ours bf16 generation + fp32 trainable weights (model.train_dtype), old logprobs recomputed; "
-        "TRL loads the model in bf16 for both",
+        f"dtypes: both sides load the model in {side_dtype(args)[0]} ({side_dtype(args)[1]}); ours trains "
+        "fp32 weights (model.train_dtype) and recomputes old logprobs",
         f"model: {args.model} (bf16 files, same folder for both sides)",
         f"runs: {' '.join(order)} ({args.steps} steps each, the first untimed)"
         + (f"; then the AT-GRPO quickstart for {args.steps} steps" if args.multi_agent else ""),
@@ -366,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                 ours_threads = "auto" if args.threads == "auto" else task["threads"]
                 res = run_ours(task, "single_grpo", overrides(args, task["model_path"], ours_threads, out_dir))
             else:
-                res = run_ours(task, "quickstart", [f"trainer.threads={'auto' if args.threads == 'auto' else task['threads']}",
+                res = run_ours(task, "quickstart", [f"model.dtype={args.dtype}",
+                                                    f"trainer.threads={'auto' if args.threads == 'auto' else task['threads']}",
                                                     f"trainer.total_steps={args.steps}", "trainer.checkpoint.save_freq=0",
                                                     "trainer.validation.val_freq=0", "trainer.logging.progress_bar=false",
                                                     "trainer.logging.save_trajectories=false",
@@ -391,8 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         py = trl_python(args, create=True)
         print("TRL:", json.dumps(_versions(py, ("trl", "torch", "transformers", "peft"))))
 
-    gflops = matmul_gflops(threads)
-    print(f"bf16 matmul (1024^3, {threads} threads): {gflops:.1f} GFLOP/s", flush=True)
+    dtype = side_dtype(args)[0]
+    rates = {name: matmul_gflops(threads, name) for name in ("float32", "bfloat16")}
+    gflops = rates.get(dtype) or matmul_gflops(threads, dtype)
+    print(f"matmul (1024^3, {threads} threads): fp32 {rates['float32']:.1f}, bf16 {rates['bfloat16']:.1f} GFLOP/s; "
+          f"both sides run {dtype}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="pettingllms-vs-trl-"))
     task_file = work / "task.json"
     task_file.write_text(json.dumps(build_task(args, threads)))
@@ -420,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop(procs)
     print(f"--- results ({'full fine-tuning' if args.full else 'LoRA'}, busy {args.busy}, commit {_commit()})")
-    summary = {side: summarize(runs, gflops, lora=not args.full) for side, runs in results.items()
+    summary = {side: summarize(runs, gflops, lora=not args.full, matmul_dtype=dtype) for side, runs in results.items()
                if runs and side != "multi"}
     for side in ("ours", "trl"):
         if side in summary:
@@ -428,11 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     if "ours" in summary and "trl" in summary:
         print_ratios(summary["ours"], summary["trl"])
     if results["multi"]:
-        multi = summarize(results["multi"], gflops, lora=True)
+        multi = summarize(results["multi"], gflops, lora=True, matmul_dtype=dtype)
         print_multi(multi, results["multi"], gflops)
         summary["multi"] = multi
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "matmul_gflops": gflops, "summary": summary,
+        Path(args.json).write_text(json.dumps({"args": vars(args), "matmul_gflops": gflops, "matmul_rates": rates,
+                                               "dtype": dtype, "summary": summary,
                                                "runs": results, "machine": machine(), "commit": _commit()},
                                               indent=1))
     return 0

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rewards: list[float] = []
     n = task["batch"] * task["k"]
+    dtype = task.get("dtype", "bfloat16")  # vs_trl.py's --dtype, resolved for this box
     config = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="pettingllms-vs-trl-trl-"), use_cpu=True, seed=int(task["seed"]),
         max_steps=int(task["steps"]), num_generations=int(task["k"]),
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         top_p=float(task["top_p"]), top_k=0, learning_rate=float(task["lr"]), lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0, num_iterations=1,
         epsilon=task["clip"][0], epsilon_high=task["clip"][1], loss_type="dapo", scale_rewards="group",
-        shuffle_dataset=False, gradient_checkpointing=False, model_init_kwargs={"dtype": torch.bfloat16},
+        shuffle_dataset=False, gradient_checkpointing=False, model_init_kwargs={"dtype": getattr(torch, dtype)},
+        bf16=dtype == "bfloat16",  # TRL turns bf16 autocast on unless told: off where fp32 is the box's best
         logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0,
     )
     peft_config = None if task["full"] else peft.LoraConfig(

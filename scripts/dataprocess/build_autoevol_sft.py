@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("overrides", nargs="*", help="config overrides, e.g. model=tiny env.data=math_easy")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # progress lines while traces run
 
     from pettingllms.cli.config_loading import load_config
     from pettingllms.errors import ConfigError, WriteFailed
@@ -76,6 +78,7 @@ def _traces(cfg, problems, rows, args, report) -> list:
     from pettingllms.policies.mapping import resolve_policies
     from pettingllms.rollout.engines.base import SamplingParams
     from pettingllms.trainer import assemble
+    from pettingllms.utils.progress import Progress, token_counter
 
     plan = resolve_policies(assemble.mapping_config(cfg), ["designer", "executor"])
     policy = plan.agent_policy["executor"]
@@ -85,9 +88,11 @@ def _traces(cfg, problems, rows, args, report) -> list:
     designs = [r for r in rows if r["problem_id"] in wanted]
     t0 = time.perf_counter()
     try:
-        traces, stats = sft_data.executor_rows(problems, designs, engine, policy,
-                                               SamplingParams(n=1, **settings.sampling), settings.mas_budgets, args.seed,
-                                               args.executions)
+        with Progress(f"executor traces ({len(designs)} designs x {args.executions})", None, "",
+                      token_counter(engine)):
+            traces, stats = sft_data.executor_rows(problems, designs, engine, policy,
+                                                   SamplingParams(n=1, **settings.sampling), settings.mas_budgets,
+                                                   args.seed, args.executions)
     finally:
         engine.close()
     report.update(executor_rows=len(traces), trace_problems=len(problems), trace_wall_s=time.perf_counter() - t0,

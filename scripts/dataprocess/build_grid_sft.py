@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", type=int, default=256, help="train problems (one row each)")
     ap.add_argument("overrides", nargs="*", help="config overrides, e.g. model=tiny env=sokoban")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # progress lines while the tool agent writes
 
     from pettingllms.cli.config_loading import load_config
     from pettingllms.errors import ConfigError, WriteFailed
@@ -80,15 +82,18 @@ def _tool_generator(cfg):
 
 def _generate(engine, policy: str, sampling: dict, prompts: list, seed: int) -> list[str]:
     from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
+    from pettingllms.utils.progress import Progress, token_counter
     from pettingllms.utils.seeding import derive_seed
 
     texts: list[str] = []
-    for start in range(0, len(prompts), CHUNK):
-        requests = [GenerationRequest(messages=m, policy=policy, request_id=f"tool/{start + i}",
-                                      params=SamplingParams(n=1, seed=derive_seed(seed, "cold_start_tool", start + i),
-                                                            **sampling))
-                    for i, m in enumerate(prompts[start: start + CHUNK])]
-        texts += [completions[0].text for completions in engine.generate(requests)]
+    with Progress("SFT rows (tool agent)", len(prompts), "prompts", token_counter(engine)) as progress:
+        for start in range(0, len(prompts), CHUNK):
+            requests = [GenerationRequest(messages=m, policy=policy, request_id=f"tool/{start + i}",
+                                          params=SamplingParams(n=1, **sampling,
+                                                                seed=derive_seed(seed, "cold_start_tool", start + i)))
+                        for i, m in enumerate(prompts[start: start + CHUNK])]
+            texts += [completions[0].text for completions in engine.generate(requests)]
+            progress.advance(len(requests))
     return texts
 
 

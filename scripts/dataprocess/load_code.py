@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from pettingllms.envs.code.data import build
 from pettingllms.errors import WriteFailed
@@ -24,6 +25,7 @@ def main() -> None:
     ap.add_argument("--hub-dir", default=None, help="local copies of hub files, used before the hub "
                                                     "(default: $PETTINGLLMS_HUB_DIR)")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the build's progress lines
     try:
         report = build(args.out, seed=args.seed, offline=True if args.offline else None,
                        io_tasks=args.io_tasks, humaneval_limit=args.humaneval_limit,

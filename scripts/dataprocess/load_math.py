@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from pettingllms.envs.math.data import PRESETS, SOURCES, build
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--online", dest="offline", action="store_false",
                       help="use the hub (fails per source if unreachable)")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the build's progress lines
     try:
         report = build(args.out or f"datasets/{args.preset}", seed=args.seed, offline=args.offline,
                        preset=args.preset, sources=args.sources, hub_dir=args.hub_dir)

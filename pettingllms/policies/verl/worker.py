@@ -34,6 +34,7 @@ from pettingllms.policies.verl import batch as vb
 from pettingllms.policies.verl.setup import RayCluster, VerlSettings, training_worker_config
 from pettingllms.records import Sample
 from pettingllms.utils.models import resolve_model_path, torch_dtype
+from pettingllms.utils.precision import resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class VerlPolicyWorker:
         self.trainable = True
         self.algo = settings.worker.algorithm
         self.seed = int(settings.worker.seed)
-        self.dtype = torch_dtype(settings.worker.dtype)
+        self.dtype = torch_dtype(resolve_dtype(settings.worker.dtype, cluster.device))  # verl's ranks' device
         temp = float(settings.worker.temperature if spec.temperature is None else spec.temperature)
         self.temperature = temp if temp > 0 else 1.0
         self.updates = 0
@@ -226,7 +227,7 @@ class VerlPolicyWorker:
             tensors, lora_config = self.trained_weights()
             return WeightUpdate(self.name, "lora", tensors, lora_config, version=self.updates)
         folder = self._sync / f"v{self.updates:06d}"
-        path = next(p for p in self.group.write_full_weights(str(folder), str(self.settings.dtype)) if p)
+        path = next(p for p in self.group.write_full_weights(str(folder), resolve_dtype(self.dtype)) if p)
         for old in self._sync.iterdir():
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)

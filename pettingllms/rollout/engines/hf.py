@@ -43,6 +43,7 @@ from pettingllms.rollout.engines.hf_runtime.linear import last_position, pack_li
 from pettingllms.rollout.engines.hf_runtime.sampling import penalised, sample
 from pettingllms.rollout.engines.weights import LoraFactor, WeightUpdate, full_weights, lora_factors
 from pettingllms.utils.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from pettingllms.utils.precision import resolve_dtype
 from pettingllms.utils.seeding import derive_seed
 from pettingllms.utils.vision import (encode_prompt, image_hash, is_vision_folder, load_processor, load_vision_lm,
                                       rope_positions)
@@ -98,7 +99,7 @@ class _Row:
 
 
 class HFEngine(RolloutEngine):
-    def __init__(self, policies: Mapping[str, str], dtype: str = "bfloat16", seed: int = 0,
+    def __init__(self, policies: Mapping[str, str], dtype: str = "auto", seed: int = 0,
                  max_prompt_tokens: int = 1024, device: str = "cpu", max_batch_size: int = 64,
                  threads: int = 0, drop_finished: bool = True, lean_forward: bool = True,
                  cpu_kernels: bool = True):
@@ -109,12 +110,13 @@ class HFEngine(RolloutEngine):
         if threads > 0:
             torch.set_num_threads(threads)
         self.seed = int(seed)
-        self.dtype = dtype
         self.device = torch.device(device)
+        self.dtype = resolve_dtype(dtype, self.device)  # auto: bf16 only where the hardware computes it natively
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.max_batch_size = int(max_batch_size)
         self.drop_finished = drop_finished  # off only to check that dropping changes nothing
         self._calls = 0
+        self.decoded_tokens = 0  # tokens sampled so far, counted as they come (progress lines read it)
         self._slots: dict[str, _ModelSlot] = {}  # resolved path -> slot
         self._policy_slot: dict[str, _ModelSlot] = {}
         self._overrides: dict[str, dict[str, torch.Tensor]] = {}  # policy -> its own tensors
@@ -122,7 +124,7 @@ class HFEngine(RolloutEngine):
             local = resolve_model_path(path)
             if local not in self._slots:
                 vision = is_vision_folder(local)
-                model = (load_vision_lm if vision else load_causal_lm)(local, dtype, device)
+                model = (load_vision_lm if vision else load_causal_lm)(local, self.dtype, device)
                 model.requires_grad_(False)
                 own_memory(model)
                 pack_linears(model)
@@ -402,6 +404,7 @@ class HFEngine(RolloutEngine):
                     if row.repetition_penalty != 1.0:
                         row.seen.add(tok)
                     self._check_finished(slot, row)
+                    self.decoded_tokens += 1
             step += 1
             keep = [j for j, i in enumerate(live) if rows[i].finish is None]
             if not keep:

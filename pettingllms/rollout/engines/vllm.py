@@ -43,6 +43,7 @@ from pettingllms.rollout.engines.base import (Completion, GenerationRequest, Rol
 from pettingllms.rollout.engines.vllm_gpu import engine_kwargs
 from pettingllms.rollout.engines.weights import WeightUpdate, write_adapter
 from pettingllms.utils.models import eos_token_ids, load_tokenizer, resolve_model_path
+from pettingllms.utils.precision import resolve_dtype
 from pettingllms.utils.seeding import derive_seed
 
 _log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class VLLMEngine(RolloutEngine):
     """`policies`: name -> base model path; `lora_ranks`: name -> rank for the LoRA policies."""
 
     def __init__(self, policies: Mapping[str, str], options: Any, lora_ranks: Mapping[str, int] | None = None,
-                 dtype: str = "bfloat16", seed: int = 0, max_prompt_tokens: int = 1024,
+                 dtype: str = "auto", seed: int = 0, max_prompt_tokens: int = 1024,
                  max_new_tokens: int = 256, trainer_gpu: Optional[int] = None) -> None:
         """`trainer_gpu`: the GPU this process trains on (engines go to the others, vllm_gpu.py)."""
         if not policies:
@@ -162,6 +163,10 @@ class VLLMEngine(RolloutEngine):
             key = f"lora:{resolve_model_path(path)}" if name in lora_ranks else f"full:{name}"
             groups.setdefault(key, []).append(name)
         max_len = options.max_model_len or (self.max_prompt_tokens + int(max_new_tokens))
+        import torch
+
+        # vLLM runs on CUDA when torch sees a GPU, else on its CPU build
+        dtype = resolve_dtype(dtype, "cuda" if torch.cuda.is_available() else "cpu")
         self._served: dict[str, _Served] = {}
         self._engines: list[_Served] = []
         self._placement = (len(groups), trainer_gpu)  # engines in this process; the trainer's GPU

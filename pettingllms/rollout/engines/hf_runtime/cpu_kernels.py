@@ -43,6 +43,8 @@ from typing import Any, Sequence
 
 import torch
 
+from pettingllms.utils.precision import cpu_flags  # the one cpuinfo reader; honours PETTINGLLMS_NO_CPU_BF16
+
 log = logging.getLogger(__name__)
 
 # -fopenmp: at::parallel_for splits the rows over torch's threads only when built with OpenMP (the
@@ -61,12 +63,9 @@ CHOICES = ("auto", "avx2")
 
 
 def cpu_has(flags: set[str]) -> bool:
-    """Whether /proc/cpuinfo lists all these flags (False where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and flags <= set(line.split()) for line in f)
-    except OSError:
-        return False
+    """Whether the CPU has all these flags (precision.cpu_flags: /proc/cpuinfo, less what
+    PETTINGLLMS_NO_CPU_BF16 hides)."""
+    return flags <= cpu_flags()
 
 
 def _cpu_has_avx512_bf16() -> bool:
