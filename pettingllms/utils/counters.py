@@ -33,9 +33,12 @@ def snapshot() -> dict[str, dict[str, int]]:
 def counter_delta(before: dict[str, int], after: dict[str, int], prefix: str
                   ) -> dict[str, float]:
     """Per-run counts from two snapshots of one source; `runs` is always reported, an
-    `errors/<kind>` only when it moved, and `<prefix>/errors` is the sum of those kinds."""
+    `errors/<kind>` only when it moved, and `<prefix>/errors` is the sum of those kinds; nothing
+    from a source whose counts are still empty."""
     m = {f"{prefix}/{k}": float(after[k] - before.get(k, 0)) for k in after
          if k == "runs" or after[k] != before.get(k, 0)}
+    if not m:  # a source that has counted nothing in this process (env=graph when unused) stays silent,
+        return m  # so a process that never imported it reports the same metrics
     m[f"{prefix}/errors"] = sum(v for k, v in m.items() if k.startswith(f"{prefix}/errors/"))
     return m
 
