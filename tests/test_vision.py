@@ -286,7 +286,7 @@ def test_vllm_engine_refuses_a_vision_model_before_starting(monkeypatch):
 
     monkeypatch.setattr(VLLMEngine, "_make_llm", started)
     with pytest.raises(ConfigError, match=r"^policy 'p': .*tiny-vl is a vision-language model, which "
-                                         r"rollout.engine=vllm does not serve .*: use rollout.engine=hf$") as err:
+                                         r"rollout.engine=vllm does not serve yet .*: use rollout.engine=hf$") as err:
         VLLMEngine({"p": "tiny:vl"}, VLLMConfig())
     assert "\n" not in str(err.value)
     _refuse_vision("p", resolve_model_path("tiny:test"))  # a text model passes

