@@ -273,3 +273,34 @@ def test_vision_env_options_are_checked():
     assert make_env("plan_path_vision", max_turns=1, image_cell=12).image_cell == 12
     with pytest.raises(ValueError, match="image_cell"):
         make_env("plan_path_vision", max_turns=1, image_cell=4)
+
+
+def test_vllm_engine_refuses_a_vision_model_before_starting(monkeypatch):
+    from pettingllms.config import VLLMConfig
+    from pettingllms.errors import ConfigError  # the CLI prints it as one line
+    from pettingllms.rollout.engines.vllm import VLLMEngine, _refuse_vision
+    from pettingllms.utils.models import resolve_model_path
+
+    def started(*args, **kwargs):
+        raise AssertionError("vLLM was started for a vision-language model")
+
+    monkeypatch.setattr(VLLMEngine, "_make_llm", started)
+    with pytest.raises(ConfigError, match=r"^policy 'p': .*tiny-vl is a vision-language model, which "
+                                         r"rollout.engine=vllm does not serve yet .*: use rollout.engine=hf$") as err:
+        VLLMEngine({"p": "tiny:vl"}, VLLMConfig())
+    assert "\n" not in str(err.value)
+    _refuse_vision("p", resolve_model_path("tiny:test"))  # a text model passes
+
+
+def test_why_vllm_cpu_cannot_serve_qwen2_5_vl():
+    """The reason for the refusal above, on the CPU stack: vLLM's Qwen2-VL module (which
+    Qwen2.5-VL's imports) imports `smart_resize` from transformers' torchvision image processor.
+    If this starts to pass, try vLLM on tiny:vl again (docs/envs.md, "Vision models on vLLM")."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        pytest.skip("not the vllm-cpu stack")
+    with pytest.raises(ModuleNotFoundError, match="torchvision"):
+        import transformers.models.qwen2_vl.image_processing_qwen2_vl  # noqa: F401

