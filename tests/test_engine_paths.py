@@ -45,6 +45,9 @@ pytestmark = pytest.mark.slow
 # run only with PETTINGLLMS_ALL_PATHS=1: with them the suite outgrew CI's 35-minute budget. What they
 # add over the cases CI keeps is covered elsewhere: vLLM at the 32-episode batch (evaluate[vllm]),
 # a Ray worker training on vLLM (test_backend_ray), hf training + held-out eval (test_quickstart).
+# The openai cases (evaluate 106 s with the server's start, mas 8 s) joined them when the suite grew
+# again: the engine against a real vLLM server is tests/test_engine_openai.py, the demo through a
+# started server tests/test_vllm_server.py.
 ALL_PATHS = os.environ.get("PETTINGLLMS_ALL_PATHS") == "1"
 _ALL_ONLY = pytest.mark.skipif(not ALL_PATHS, reason="costly path case: PETTINGLLMS_ALL_PATHS=1 runs it")
 
@@ -131,7 +134,8 @@ def test_training_step_then_held_out_evaluation(engine, backend, tmp_path, reque
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("engine", [pytest.param("hf", marks=_ALL_ONLY), *ENGINES[1:], "openai"])
+@pytest.mark.parametrize("engine", [pytest.param("hf", marks=_ALL_ONLY), *ENGINES[1:],
+                                    pytest.param("openai", marks=_ALL_ONLY)])
 def test_evaluate(engine, tmp_path, request):
     out = tmp_path / "eval.json"
     _run([sys.executable, "-m", "pettingllms.evaluate", "--config-name", "math_L1_prompt", "model=embedded",
@@ -144,7 +148,7 @@ def test_evaluate(engine, tmp_path, request):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("engine", ENGINES + ["openai"])
+@pytest.mark.parametrize("engine", ENGINES + [pytest.param("openai", marks=_ALL_ONLY)])
 def test_metaagent_x_design_and_execution(engine, tmp_path, request):
     env = {"MODEL": EMBEDDED, "RUNS_DIR": str(tmp_path / "runs"), "CHECKPOINT": "none"}
     if engine == "openai":

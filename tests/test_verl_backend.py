@@ -200,7 +200,7 @@ def _check_file_sync(worker, engine, before, initial, sync_dir: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("ranks", [2])  # 1 rank is the same code with no all-reduce (CI budget)
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_one_update_matches_local(ray_local, tmp_path, ranks, lora):
     """Same samples, same initial weights: verl on 1 or 2 ranks gives local's loss (1e-5) and weights.
