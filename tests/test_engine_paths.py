@@ -47,7 +47,8 @@ pytestmark = pytest.mark.slow
 # a Ray worker training on vLLM (test_backend_ray), hf training + held-out eval (test_quickstart).
 # The openai cases (evaluate 106 s with the server's start, mas 8 s) joined them when the suite grew
 # again: the engine against a real vLLM server is tests/test_engine_openai.py, the demo through a
-# started server tests/test_vllm_server.py.
+# started server tests/test_vllm_server.py. evaluate[vllm] (73 s) too: the seeded batch that
+# outgrows one vLLM step is tests/test_engine_vllm.py's regression test.
 ALL_PATHS = os.environ.get("PETTINGLLMS_ALL_PATHS") == "1"
 _ALL_ONLY = pytest.mark.skipif(not ALL_PATHS, reason="costly path case: PETTINGLLMS_ALL_PATHS=1 runs it")
 
@@ -134,7 +135,8 @@ def test_training_step_then_held_out_evaluation(engine, backend, tmp_path, reque
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("engine", [pytest.param("hf", marks=_ALL_ONLY), *ENGINES[1:],
+@pytest.mark.parametrize("engine", [pytest.param("hf", marks=_ALL_ONLY),
+                                    pytest.param("vllm", marks=[_ALL_ONLY, *ENGINES[1].marks]),
                                     pytest.param("openai", marks=_ALL_ONLY)])
 def test_evaluate(engine, tmp_path, request):
     out = tmp_path / "eval.json"

@@ -18,11 +18,16 @@ import functools
 from typing import Any, Callable, Iterable
 
 _SOURCES: dict[str, Callable[[], dict[str, int]]] = {}
+_QUIET: set[str] = set()  # sources that report nothing until they have counted something
 
 
-def register(prefix: str, counts: Callable[[], dict[str, int]]) -> None:
-    """Report `counts()` (cumulative, by key) under `<prefix>/<key>`; registering again replaces."""
+def register(prefix: str, counts: Callable[[], dict[str, int]], quiet_when_empty: bool = False) -> None:
+    """Report `counts()` (cumulative, by key) under `<prefix>/<key>`; registering again replaces.
+    quiet_when_empty: nothing while counts() is empty (an optional source, e.g. env=graph, that a
+    Ray worker may never import, so local and Ray runs report the same metrics)."""
     _SOURCES[prefix] = counts
+    if quiet_when_empty:
+        _QUIET.add(prefix)
 
 
 def snapshot() -> dict[str, dict[str, int]]:
@@ -33,12 +38,9 @@ def snapshot() -> dict[str, dict[str, int]]:
 def counter_delta(before: dict[str, int], after: dict[str, int], prefix: str
                   ) -> dict[str, float]:
     """Per-run counts from two snapshots of one source; `runs` is always reported, an
-    `errors/<kind>` only when it moved, and `<prefix>/errors` is the sum of those kinds; nothing
-    from a source whose counts are still empty."""
+    `errors/<kind>` only when it moved, and `<prefix>/errors` is the sum of those kinds."""
     m = {f"{prefix}/{k}": float(after[k] - before.get(k, 0)) for k in after
          if k == "runs" or after[k] != before.get(k, 0)}
-    if not m:  # a source that has counted nothing in this process (env=graph when unused) stays silent,
-        return m  # so a process that never imported it reports the same metrics
     m[f"{prefix}/errors"] = sum(v for k, v in m.items() if k.startswith(f"{prefix}/errors/"))
     return m
 
@@ -47,6 +49,8 @@ def since(before: dict[str, dict[str, int]]) -> dict[str, float]:
     """The metrics of everything counted since the snapshot `before`."""
     out: dict[str, float] = {}
     for prefix, after in snapshot().items():
+        if prefix in _QUIET and not after:
+            continue
         out.update(counter_delta(before.get(prefix, {}), after, prefix))
     return out
 

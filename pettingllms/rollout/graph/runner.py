@@ -67,7 +67,7 @@ def _graph_counts() -> dict[str, int]:
 
 
 # per-run metrics on Batch.counters: graph/runs (executions), graph/errors/<kind> (failed ones)
-counters.register("graph", _graph_counts)
+counters.register("graph", _graph_counts, quiet_when_empty=True)
 
 
 @dataclass
