@@ -31,7 +31,7 @@ from pettingllms.mas.executor import DesignJob
 from pettingllms.mas.executor import run_designs as run_designs_in_sandbox
 from pettingllms.records import Batch, Episode, Sample, Step
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
-from pettingllms.rollout.runner import RolloutSettings, check_outputs, derive_seed, unique_keys
+from pettingllms.rollout.runner import RolloutSettings, check_outputs, checked_keys, derive_seed, reset_envs
 from pettingllms.utils.counters import counted
 
 DESIGNER, EXECUTOR = "designer", "executor"
@@ -77,17 +77,12 @@ class AutoEvolRollout:
         """`keys` as in Rollout.run: the whole batch's problem keys when a caller splits it."""
         if not problems:
             return Batch(step=step)
-        keys = unique_keys(problems) if keys is None else list(keys)
-        if len(keys) != len(problems) or len(set(keys)) != len(keys):
-            raise ValueError("AutoEvolRollout.run: keys must be unique, one per problem")
-        envs = []
-        for problem, key in zip(problems, keys):
-            env = self.env_factory()
-            if not isinstance(env, AutoEvolEnv):
-                raise ValueError(f"rollout.strategy=autoevol needs env.name=autoevol, got '{env.name}'")
+        keys = checked_keys(problems, keys, "AutoEvolRollout.run")
+
+        def prepare(env: AutoEvolEnv) -> None:
             env.design_format = self.settings.design_format
-            env.reset(problem, derive_seed(seed, key, "reset"))
-            envs.append((key, env))
+
+        envs = reset_envs(problems, keys, self.env_factory, AutoEvolEnv, "autoevol", seed, prepare)
         opts = envs[0][1].opts
         m, n = (int(k), 1) if k is not None else (int(opts.designs), int(opts.executions))
         designs = self._design(envs, m, seed)

@@ -147,6 +147,32 @@ def unique_keys(problems: list[dict[str, Any]]) -> list[str]:
     return keys
 
 
+def checked_keys(problems: list[dict[str, Any]], keys: list[str] | None, who: str) -> list[str]:
+    """The batch's problem keys: `keys` as a caller that split the batch passed them (checked:
+    one per problem, unique), else derived here."""
+    keys = unique_keys(problems) if keys is None else list(keys)
+    if len(keys) != len(problems) or len(set(keys)) != len(keys):
+        raise ValueError(f"{who}: keys must be unique, one per problem")
+    return keys
+
+
+def reset_envs(problems: list[dict[str, Any]], keys: list[str], env_factory: Callable[[], Any],
+               env_type: type, strategy: str, seed: int,
+               prepare: Callable[[Any], None] | None = None) -> list[tuple[str, Any]]:
+    """(key, env) per problem for the strategies that own their env type (autoevol, graph): each
+    env made, checked to be `env_type`, prepared, and reset with the problem's seed."""
+    envs = []
+    for problem, key in zip(problems, keys):
+        env = env_factory()
+        if not isinstance(env, env_type):
+            raise ValueError(f"rollout.strategy={strategy} needs env.name={strategy}, got '{env.name}'")
+        if prepare is not None:
+            prepare(env)
+        env.reset(problem, derive_seed(seed, key, "reset"))
+        envs.append((key, env))
+    return envs
+
+
 class Rollout:
     """Plays a batch of problems with the strategy `settings` name (tree or flat) and returns a Batch."""
 
@@ -172,9 +198,7 @@ class Rollout:
         splits one batch across workers passes the whole batch's keys, so groups and seeds stay
         what they would be in one process."""
         st = self._settings(k)
-        keys = unique_keys(problems) if keys is None else list(keys)
-        if len(keys) != len(problems) or len(set(keys)) != len(keys):
-            raise ValueError("Rollout.run: keys must be unique, one per problem")
+        keys = checked_keys(problems, keys, "Rollout.run")
         tracks = self._start(problems, keys, seed, st)
         if not tracks:
             return Batch(step=step)

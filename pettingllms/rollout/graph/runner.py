@@ -45,7 +45,7 @@ from pettingllms.records import Batch, Episode, Sample, Step
 from pettingllms.rollout.engines.base import RolloutEngine
 from pettingllms.rollout.graph.broker import Call, CallBroker, Execution
 from pettingllms.rollout.graph.gateway import Gateway
-from pettingllms.rollout.runner import RolloutSettings, derive_seed, unique_keys
+from pettingllms.rollout.runner import RolloutSettings, checked_keys, derive_seed, reset_envs
 from pettingllms.utils import counters
 from pettingllms.utils.counters import counted
 
@@ -100,16 +100,8 @@ class GraphRollout:
             step: int = 0, keys: list[str] | None = None) -> Batch:
         if not problems:
             return Batch(step=step)
-        keys = unique_keys(problems) if keys is None else list(keys)
-        if len(keys) != len(problems) or len(set(keys)) != len(keys):
-            raise ValueError("GraphRollout.run: keys must be unique, one per problem")
-        envs = []
-        for problem, key in zip(problems, keys):
-            env = self.env_factory()
-            if not isinstance(env, GraphEnv):
-                raise ValueError(f"rollout.strategy=graph needs env.name=graph, got '{env.name}'")
-            env.reset(problem, derive_seed(seed, key, "reset"))
-            envs.append((key, env))
+        keys = checked_keys(problems, keys, "GraphRollout.run")
+        envs = reset_envs(problems, keys, self.env_factory, GraphEnv, "graph", seed)
         opts = envs[0][1].opts
         missing = [a for a in opts.agents if a not in self.agent_policy]
         if missing:
