@@ -11,6 +11,7 @@ import torch
 from numerics import THREADS, num_threads
 from pettingllms.rollout.engines.hf_runtime import avx2_kernels, cpu_kernels
 from pettingllms.rollout.engines.hf_runtime.lean_llama import LeanLlama
+from pettingllms.utils import precision
 from pettingllms.utils.models import load_causal_lm
 
 KERNEL = avx2_kernels.load()
@@ -126,3 +127,78 @@ def test_lean_forward_runs_its_products_through_it(monkeypatch) -> None:
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0.05 * float(w.abs().max()))
     assert LeanLlama(load_causal_lm("tiny:test", "float32")).gemm is None  # fp32 weights keep MKL
+
+
+def bf16_valued(model):
+    """The model with every weight rounded to bf16, kept in fp32: a bf16 checkpoint loaded as fp32."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    return model
+
+
+@needs_kernel
+def test_fp32_decode_ops_match_torch() -> None:
+    """rms_norm_f32, silu_mul_f32, rope_decode_f32 and decode_attention_f32 against the lean forward's
+    torch ops in fp32: the rotary products and sums round as torch's (bit-equal), the others sum in
+    another order (and e^x to about 2 ulp), so a few fp32 ulps of their scale apart."""
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(3, 576, generator=gen), torch.randn(576, generator=gen)
+    want = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+    torch.testing.assert_close(KERNEL.rms_norm_f32(x, w, 1e-5), want, rtol=1e-5, atol=1e-6)
+    y = torch.randn(3, 2 * 100, generator=gen) * 8  # 100: a tail of 4 after 8-lane steps; |g| up to ~40
+    y[0, 0], y[0, 1] = -95.0, 95.0  # e^-g past fp32's range both ways
+    want = torch.nn.functional.silu(y[:, :100]) * y[:, 100:]
+    torch.testing.assert_close(KERNEL.silu_mul_f32(y), want, rtol=1e-5, atol=1e-6)
+
+    b, heads, kv_heads, d, cap, col = 2, 9, 3, 64, 40, 5
+    fused = torch.randn(b, (heads + 2 * kv_heads) * d, generator=gen)
+    cos, sin = torch.randn(b, d, generator=gen), torch.randn(b, d, generator=gen)
+    kbuf = torch.zeros(b, cap, kv_heads, d).transpose(1, 2)  # a strided view, as the cache's can be
+    vbuf = torch.zeros(b, kv_heads, cap, d)
+    q = KERNEL.rope_decode_f32(fused, cos, sin, heads, kv_heads, kbuf, vbuf, col)
+    qk = fused[:, :(heads + kv_heads) * d].view(b, heads + kv_heads, d)
+    rotated = qk * cos[:, None] + torch.cat((-qk[..., d // 2:], qk[..., :d // 2]), -1) * sin[:, None]
+    assert torch.equal(q, rotated[:, :heads]) and torch.equal(kbuf[:, :, col], rotated[:, heads:])
+    assert torch.equal(vbuf[:, :, col], fused[:, (heads + kv_heads) * d:].view(b, kv_heads, d))
+    assert not kbuf[:, :, col + 1].any() and not vbuf[:, :, :col].any()  # only that column written
+
+    length = 13  # not a multiple of 8: the padded tail of the scores
+    keys, values = torch.randn(b, kv_heads, length, d, generator=gen), torch.randn(b, kv_heads, length, d, generator=gen)
+    query = torch.randn(b, heads, d, generator=gen)
+    mask = torch.rand(b, length, generator=gen) > 0.3
+    mask[:, 0] = True
+    for key_mask in (mask, torch.empty(0, dtype=torch.bool)):
+        got = KERNEL.decode_attention_f32(query, keys, values, key_mask.contiguous(), 0.125)
+        scores = (query[:, :, None] @ keys.repeat_interleave(heads // kv_heads, 1).transpose(-1, -2)) * 0.125
+        if key_mask.numel():
+            scores = scores.masked_fill(~key_mask[:, None, None], float("-inf"))
+        want = (scores.softmax(-1) @ values.repeat_interleave(heads // kv_heads, 1))[:, :, 0]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+def test_a_bf16_valued_fp32_model_is_held_in_bf16(monkeypatch) -> None:
+    """A float32 model whose weights are all bf16 values runs its products through the AVX2 GEMM
+    (weights held in bf16: nothing lost) and its decode steps through the fp32 ops, its prefill
+    through torch's fp32 GEMM; the logits are the exact fp32 path's up to fp32 sums in another
+    order. A weight off the bf16 grid, or a bf16 model, keeps the other paths."""
+    from test_lean_llama import run
+
+    monkeypatch.setenv(cpu_kernels.CHOICE_ENV, "avx2")  # the rule as on a CPU without bf16 arithmetic
+    model = bf16_valued(load_causal_lm("tiny:test", "float32"))
+    held, plain = LeanLlama(model), LeanLlama(model, kernels=False)
+    assert held.f32 is KERNEL and held.gemm is KERNEL and plain.f32 is None and plain.gemm is None
+    got = run(held.forward, model, [9, 5, 2], steps=3)
+    assert all(held.layers[0][i].held for i in (1, 2, 4, 5)) and held.head.held
+    assert held.layers[0][1].pairs.dtype == torch.bfloat16 and held.layers[0][1].weight is None
+    want = run(plain.forward, model, [9, 5, 2], steps=3)
+    for g, w in zip(got, want):  # a wrong weight, offset or cache column is O(1)
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-4 * float(w.abs().max()))
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[0, 0] += 2 ** -20  # one weight off the grid
+    assert LeanLlama(model).f32 is None
+    assert LeanLlama(load_causal_lm("tiny:test", "bfloat16")).f32 is None  # bf16 compute stays bf16
+    monkeypatch.delenv(cpu_kernels.CHOICE_ENV)
+    if any(f in precision.cpu_flags() for f in precision.BF16_CPU_FLAGS):  # where bf16 is native, auto loads bf16
+        assert not avx2_kernels.holds_bf16(bf16_valued(load_causal_lm("tiny:test", "float32")))

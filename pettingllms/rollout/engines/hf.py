@@ -12,8 +12,10 @@ Why a hand-written decode loop instead of `model.generate`:
     same ops with fused GEMMs and none of transformers' per-step plumbing;
     `rollout.engine_options.lean_forward=false` turns it off. Its products (a bf16 GEMM), SwiGLU,
     and each decode step's norms, rotary embedding and attention run in our C++ kernels
-    (`hf_runtime.cpu_kernels`) where the CPU has AVX512-BF16; on CPUs with only AVX2 + FMA its
-    products alone (`hf_runtime.avx2_kernels`: bf16 weights, fp32 sums);
+    (`hf_runtime.cpu_kernels`) where the CPU has AVX512-BF16; on CPUs with only AVX2 + FMA
+    `hf_runtime.avx2_kernels` (bf16 weights, fp32 sums): a bf16 model's products, or, for a float32
+    model whose weights are all bf16 values, its products from bf16-held weights and its decode ops
+    in fp32 C++;
     `rollout.engine_options.cpu_kernels=false` keeps oneDNN's GEMM and the torch ops.
 
 This module is the engine: policies, weights and requests, and the decode loop over them. What

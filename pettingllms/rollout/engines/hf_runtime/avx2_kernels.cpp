@@ -6,7 +6,9 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstring>
 #include <algorithm>
 #include <vector>
@@ -82,72 +84,103 @@ __attribute__((noinline)) static void store_tile(const float* sums, int mr, int 
   }
 }
 
-// MR rows of x (fp32) times NV blocks of eight packed columns, each weight block read once per MR
-// rows: one row over up to four blocks with two accumulators each (one per half of the pairs: 8
-// independent FMA chains hide the FMA latency), or up to four rows over up to two blocks with one
-// each (8 chains again); 8 accumulators, the widened weights and x leave no register spilled. The
+// One row of x (fp32) times up to four blocks of eight packed columns, each weight block read once,
+// with two accumulators a block (one per half of the pairs: 8 independent FMA chains hide the FMA
+// latency); the accumulators, the widened weights and x leave no register spilled. The
 // accumulators are named variables, not an array: GCC -O3 stores an array's every element to the
 // stack at every step of the loop, which halves the FMA rate.
 #define TILE_W(v)                                                                                          \
   const __m256i r##v = NV > v ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + v * block_stride + p * 16)) \
                               : _mm256_setzero_si256();                                                    \
   const __m256 w0##v = low_halves(r##v), w1##v = high_halves(r##v);
-#define TILE_X(m)                                                                                          \
-  const __m256 x0##m = _mm256_broadcast_ss(x + (MR > m ? m : 0) * k + 2 * p);                              \
-  const __m256 x1##m = _mm256_broadcast_ss(x + (MR > m ? m : 0) * k + 2 * p + 1);
-#define TILE_FMA(m, v)                                                                                     \
-  if constexpr (MR > m && NV > v) {                                                                                \
-    if constexpr (MR == 1) {                                                                                       \
-      lo##m##v = _mm256_fmadd_ps(w0##v, x0##m, lo##m##v);                                                  \
-      hi##m##v = _mm256_fmadd_ps(w1##v, x1##m, hi##m##v);                                                  \
-    } else {                                                                                               \
-      lo##m##v = _mm256_fmadd_ps(w1##v, x1##m, _mm256_fmadd_ps(w0##v, x0##m, lo##m##v));                   \
-    }                                                                                                      \
+#define TILE_FMA(v)                                                                                        \
+  if constexpr (NV > v) {                                                                                  \
+    lo##v = _mm256_fmadd_ps(w0##v, x0, lo##v);                                                             \
+    hi##v = _mm256_fmadd_ps(w1##v, x1, hi##v);                                                             \
   }
-#define TILE_SUM(m, v) \
-  if constexpr (MR > m && NV > v) _mm256_store_ps(sums + (m * NV + v) * 8, _mm256_add_ps(lo##m##v, hi##m##v));
+#define TILE_SUM(v) \
+  if constexpr (NV > v) _mm256_store_ps(sums + v * 8, _mm256_add_ps(lo##v, hi##v));
 
-template <int MR, int NV>
+template <int NV>
 static inline void gemm_tile(const float* x, int64_t k, const uint16_t* w, int64_t block_stride, const float* bias,
                              int64_t col0, int64_t n, void* out, bool bf16_out) {
-  static_assert((MR == 1 && NV <= 4) || (MR <= 4 && NV <= 2), "a tile of at most 8 accumulators");
+  static_assert(NV >= 1 && NV <= 4, "a tile of at most 8 accumulators");
   const __m256 z = _mm256_setzero_ps();
-  __m256 lo00 = z, hi00 = z, lo01 = z, hi01 = z, lo02 = z, hi02 = z, lo03 = z, hi03 = z;
-  __m256 lo10 = z, lo11 = z, lo20 = z, lo21 = z, lo30 = z, lo31 = z;
-  __m256 hi10 = z, hi11 = z, hi20 = z, hi21 = z, hi30 = z, hi31 = z;  // one accumulator at MR > 1
+  __m256 lo0 = z, hi0 = z, lo1 = z, hi1 = z, lo2 = z, hi2 = z, lo3 = z, hi3 = z;
   for (int64_t p = 0; p < k / 2; ++p) {
     TILE_W(0) TILE_W(1) TILE_W(2) TILE_W(3)
-    TILE_X(0) TILE_X(1) TILE_X(2) TILE_X(3)
-    TILE_FMA(0, 0) TILE_FMA(0, 1) TILE_FMA(0, 2) TILE_FMA(0, 3)
-    TILE_FMA(1, 0) TILE_FMA(1, 1) TILE_FMA(2, 0) TILE_FMA(2, 1) TILE_FMA(3, 0) TILE_FMA(3, 1)
+    const __m256 x0 = _mm256_broadcast_ss(x + 2 * p), x1 = _mm256_broadcast_ss(x + 2 * p + 1);
+    TILE_FMA(0) TILE_FMA(1) TILE_FMA(2) TILE_FMA(3)
+  }
+  alignas(32) float sums[NV * 8];
+  TILE_SUM(0) TILE_SUM(1) TILE_SUM(2) TILE_SUM(3)
+  store_tile(sums, 1, NV, bias, col0, n, out, bf16_out);
+}
+
+// Up to six rows times up to two blocks of eight packed columns (12 accumulators, one per row and
+// block, each summing k0's product then k1's as the one-row tile's two chains would in one): each
+// 32-byte weight load is widened half by half (k0's values, then k1's, reloaded from L1) so that
+// the two widened blocks, one broadcast x and the 12 accumulators fit the 16 registers. 24 FMAs a
+// pair of k's against a dependency chain of two: the FMA units, not their latency, bound it.
+#define ROWS_FMA(m, u0, u1, half)                                                                          \
+  if constexpr (MR > m) {                                                                                  \
+    const __m256 xv = _mm256_broadcast_ss(x + m * k + 2 * p + half);                                       \
+    a##m##0 = _mm256_fmadd_ps(u0, xv, a##m##0);                                                            \
+    if constexpr (NV > 1) a##m##1 = _mm256_fmadd_ps(u1, xv, a##m##1);                                      \
+  }
+#define ROWS_SUM(m)                                                                                        \
+  if constexpr (MR > m) {                                                                                  \
+    _mm256_store_ps(sums + (m * NV) * 8, a##m##0);                                                         \
+    if constexpr (NV > 1) _mm256_store_ps(sums + (m * NV + 1) * 8, a##m##1);                               \
+  }
+
+template <int MR, int NV>
+static inline void gemm_rows_tile(const float* x, int64_t k, const uint16_t* w, int64_t block_stride,
+                                  const float* bias, int64_t col0, int64_t n, void* out, bool bf16_out) {
+  static_assert(MR >= 1 && MR <= 6 && NV >= 1 && NV <= 2, "a tile of at most 12 accumulators");
+  const __m256 z = _mm256_setzero_ps();
+  __m256 a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z, a40 = z, a41 = z, a50 = z, a51 = z;
+  const __m256i* w0 = reinterpret_cast<const __m256i*>(w);
+  const __m256i* w1 = reinterpret_cast<const __m256i*>(w + (NV > 1 ? block_stride : 0));
+  for (int64_t p = 0; p < k / 2; ++p) {
+    {
+      const __m256 u0 = low_halves(_mm256_loadu_si256(w0 + p));
+      const __m256 u1 = NV > 1 ? low_halves(_mm256_loadu_si256(w1 + p)) : z;
+      ROWS_FMA(0, u0, u1, 0) ROWS_FMA(1, u0, u1, 0) ROWS_FMA(2, u0, u1, 0)
+      ROWS_FMA(3, u0, u1, 0) ROWS_FMA(4, u0, u1, 0) ROWS_FMA(5, u0, u1, 0)
+    }
+    {
+      const __m256 u0 = high_halves(_mm256_loadu_si256(w0 + p));
+      const __m256 u1 = NV > 1 ? high_halves(_mm256_loadu_si256(w1 + p)) : z;
+      ROWS_FMA(0, u0, u1, 1) ROWS_FMA(1, u0, u1, 1) ROWS_FMA(2, u0, u1, 1)
+      ROWS_FMA(3, u0, u1, 1) ROWS_FMA(4, u0, u1, 1) ROWS_FMA(5, u0, u1, 1)
+    }
   }
   alignas(32) float sums[MR * NV * 8];
-  TILE_SUM(0, 0) TILE_SUM(0, 1) TILE_SUM(0, 2) TILE_SUM(0, 3)
-  TILE_SUM(1, 0) TILE_SUM(1, 1) TILE_SUM(2, 0) TILE_SUM(2, 1) TILE_SUM(3, 0) TILE_SUM(3, 1)
+  ROWS_SUM(0) ROWS_SUM(1) ROWS_SUM(2) ROWS_SUM(3) ROWS_SUM(4) ROWS_SUM(5)
   store_tile(sums, MR, NV, bias, col0, n, out, bf16_out);
 }
 
 template <int MR>
-static void gemm_blocks(int nv, const float* x, int64_t k, const uint16_t* w, int64_t bs, const float* bias,
-                        int64_t col0, int64_t n, void* out, bool bf16_out) {
-  // at one row up to four blocks (8 accumulators), at more rows up to two (MR x 4 accumulators)
-  if constexpr (MR == 1) {
-    switch (nv) {
-      case 1: gemm_tile<1, 1>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
-      case 2: gemm_tile<1, 2>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
-      case 3: gemm_tile<1, 3>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
-      default: gemm_tile<1, 4>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
-    }
-  } else if (nv == 1) {
-    gemm_tile<MR, 1>(x, k, w, bs, bias, col0, n, out, bf16_out);
-  } else {
-    gemm_tile<MR, 2>(x, k, w, bs, bias, col0, n, out, bf16_out);
+static void gemm_rows(int nv, const float* x, int64_t k, const uint16_t* w, int64_t bs, const float* bias,
+                      int64_t col0, int64_t n, void* out, bool bf16_out) {
+  if (nv == 1) gemm_rows_tile<MR, 1>(x, k, w, bs, bias, col0, n, out, bf16_out);
+  else gemm_rows_tile<MR, 2>(x, k, w, bs, bias, col0, n, out, bf16_out);
+}
+
+static void gemm_one_row(int nv, const float* x, int64_t k, const uint16_t* w, int64_t bs, const float* bias,
+                         int64_t col0, int64_t n, void* out, bool bf16_out) {
+  switch (nv) {  // one row: up to four blocks (8 accumulators)
+    case 1: gemm_tile<1>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+    case 2: gemm_tile<2>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+    case 3: gemm_tile<3>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
+    default: gemm_tile<4>(x, k, w, bs, bias, col0, n, out, bf16_out); break;
   }
 }
 
 // x [M, K] bf16 or fp32 (K even) times the n-column weight packed by pack_pairs, plus bias (fp32
 // [n] or empty) -> [M, n] in x's dtype. Threads take 32 columns each; within them one row goes
-// over four blocks at a time, more rows four at a time over two blocks.
+// over four blocks at a time, more rows six at a time over two blocks.
 torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Tensor bias) {
   const int64_t rows = x.size(0), k = x.size(1), blocks = packed.size(0), bs = (k / 2) * 16;
   const bool bf16_out = x.scalar_type() == at::kBFloat16;
@@ -162,11 +195,11 @@ torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torc
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t b = g * 4, nv = std::min<int64_t>(4, blocks - b);
       if (rows == 1) {
-        gemm_blocks<1>(int(nv), xp, k, wp + b * bs, bs, bp, b * 8, n, op, bf16_out);
+        gemm_one_row(int(nv), xp, k, wp + b * bs, bs, bp, b * 8, n, op, bf16_out);
         continue;
       }
-      for (int64_t m0 = 0; m0 < rows; m0 += 4) {
-        const int mr = int(std::min<int64_t>(4, rows - m0));
+      for (int64_t m0 = 0; m0 < rows; m0 += 6) {
+        const int mr = int(std::min<int64_t>(6, rows - m0));
         for (int64_t v0 = 0; v0 < nv; v0 += 2) {
           const int pair = int(std::min<int64_t>(2, nv - v0));
           const float* xm = xp + m0 * k;
@@ -174,13 +207,197 @@ torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torc
           void* om = op + m0 * n * esize;
           const int64_t col = (b + v0) * 8;
           switch (mr) {
-            case 1: gemm_blocks<1>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
-            case 2: gemm_blocks<2>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
-            case 3: gemm_blocks<3>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
-            default: gemm_blocks<4>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            case 1: gemm_rows<1>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            case 2: gemm_rows<2>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            case 3: gemm_rows<3>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            case 4: gemm_rows<4>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            case 5: gemm_rows<5>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
+            default: gemm_rows<6>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
           }
         }
       }
+    }
+  });
+  return out;
+}
+
+// ---- fp32 decode-step ops: a float32 model whose GEMM weights are held in bf16 (avx2_kernels.py) ----
+// Each computes what the lean forward's torch ops compute in fp32, in one call instead of a few
+// dozen small ones (at one row a decode step is mostly per-op overhead once the GEMM streams bf16
+// weights). Sums may run in another order than torch's; everything else rounds as torch does
+// (this file is built with -ffp-contract=off, so a product and a sum written apart stay apart).
+
+static inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// e^x in fp32 to about 2 ulp (x = n ln2 + r, ln2 in two parts, Cephes' polynomial for e^r, times
+// 2^n built in the exponent bits); exactly 0 below -87.3 (where e^x leaves fp32's normal range),
+// x clamped at 88.3 above.
+static inline __m256 exp8(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// RMSNorm of rows x [M, H] fp32 with weight [H] fp32, as the Llama norm computes it in fp32:
+// weight * (x * rsqrt(mean(x^2) + eps)).
+torch::Tensor rms_norm_f32(torch::Tensor x, torch::Tensor weight, double eps) {
+  const int64_t rows = x.size(0), h = x.size(1);
+  auto out = torch::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = xp + r * h;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= h; i += 8) { const __m256 v = _mm256_loadu_ps(row + i); acc = _mm256_fmadd_ps(v, v, acc); }
+    float squares = hsum8(acc);
+    for (; i < h; ++i) squares += row[i] * row[i];
+    const float scale = 1.f / std::sqrt(squares / float(h) + float(eps));
+    for (i = 0; i < h; ++i) op[r * h + i] = wp[i] * (row[i] * scale);
+  }
+  return out;
+}
+
+// SwiGLU of rows y [M, 2I] fp32 (gate | up): silu(gate) * up, silu(g) = g / (1 + e^-g) -> [M, I].
+torch::Tensor silu_mul_f32(torch::Tensor y) {
+  const int64_t rows = y.size(0), inter = y.size(1) / 2;
+  auto out = torch::empty({rows, inter}, y.options());
+  const float* yp = y.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
+  at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* g = yp + r * 2 * inter;
+      const float* u = g + inter;
+      int64_t i = 0;
+      for (; i + 8 <= inter; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, gv))));
+        _mm256_storeu_ps(op + r * inter + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+      }
+      for (; i < inter; ++i) op[r * inter + i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    }
+  });
+  return out;
+}
+
+// One decode step's rotary embedding and KV-cache write, fp32: y [B, (H + 2 KVH) D] is the fused
+// q/k/v output, cos and sin [B, D] the rows' tables. q and k become x cos + rotate_half(x) sin (two
+// products, then their sum, as the torch forward rounds them); k and v go to column `col` of the
+// cache buffers kbuf, vbuf [B, KVH, C, D] (any strides, unit stride on D). Returns q [B, H, D].
+torch::Tensor rope_decode_f32(torch::Tensor y, torch::Tensor cos, torch::Tensor sin, int64_t heads, int64_t kv_heads,
+                              torch::Tensor kbuf, torch::Tensor vbuf, int64_t col) {
+  const int64_t batch = y.size(0), dim = cos.size(1), half = dim / 2, width = y.size(1);
+  auto q = torch::empty({batch, heads, dim}, y.options());
+  const float* yp = y.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  float* qp = q.data_ptr<float>();
+  float* kp = kbuf.data_ptr<float>();
+  float* vp = vbuf.data_ptr<float>();
+  const int64_t ks0 = kbuf.stride(0), ks1 = kbuf.stride(1), ks2 = kbuf.stride(2);
+  const int64_t vs0 = vbuf.stride(0), vs1 = vbuf.stride(1), vs2 = vbuf.stride(2);
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* row = yp + b * width;
+    const float* c = cp + b * dim;
+    const float* s = sp + b * dim;
+    for (int64_t h = 0; h < heads + kv_heads; ++h) {
+      const float* x = row + h * dim;
+      float* dst = h < heads ? qp + (b * heads + h) * dim : kp + b * ks0 + (h - heads) * ks1 + col * ks2;
+      for (int64_t i = 0; i < dim; ++i) {
+        const float rotated = i < half ? -x[i + half] : x[i - half];
+        const float a = x[i] * c[i], r = rotated * s[i];
+        dst[i] = a + r;
+      }
+    }
+    for (int64_t j = 0; j < kv_heads; ++j)
+      std::memcpy(vp + b * vs0 + j * vs1 + col * vs2, row + (heads + kv_heads + j) * dim, 4 * dim);
+  }
+  return q;
+}
+
+// One decode step's attention, fp32: q [B, H, D] (one query per row; any strides, unit stride on
+// D), k and v [B, KVH, L, D] (the cache's views, likewise), key_mask [B, L] bool (true: attend) or
+// empty. Scores, softmax and the weighted sum in fp32, as the engine's matmul attention computes
+// them -> [B, H, D]. One (row, K/V head) at a time with the query heads that share it, so each
+// key and value row is read once for all of them; eight lanes along D (D a multiple of 8, <= 256).
+torch::Tensor decode_attention_f32(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor key_mask,
+                                   double scale) {
+  const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
+  const int64_t kv_heads = k.size(1), len = k.size(2), group = heads / kv_heads, chunks = dim / 8;
+  TORCH_CHECK(dim % 8 == 0 && chunks <= 32, "decode_attention_f32: head dim must be a multiple of 8, at most 256");
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const bool* mp = key_mask.numel() ? key_mask.data_ptr<bool>() : nullptr;
+  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
+  const int64_t ks0 = k.stride(0), ks1 = k.stride(1), ks2 = k.stride(2);
+  const int64_t vs0 = v.stride(0), vs1 = v.stride(1), vs2 = v.stride(2);
+  const int64_t ms0 = mp ? key_mask.stride(0) : 0;
+  auto out = torch::empty({batch, heads, dim}, q.options());
+  float* op = out.data_ptr<float>();
+  const float lowest = std::numeric_limits<float>::lowest();
+  const int64_t padded = (len + 7) / 8 * 8;
+  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(group * padded), top(group), total(group);
+    std::vector<__m256> query(group * chunks), o(group * chunks);
+    for (int64_t bj = begin; bj < end; ++bj) {
+      const int64_t b = bj / kv_heads, j = bj % kv_heads;
+      for (int64_t g = 0; g < group; ++g) {
+        for (int64_t c = 0; c < chunks; ++c) query[g * chunks + c] = _mm256_loadu_ps(qp + b * qs0 + (j * group + g) * qs1 + c * 8);
+        top[g] = lowest;
+        for (int64_t t = len; t < padded; ++t) scores[g * padded + t] = lowest;
+      }
+      for (int64_t t = 0; t < len; ++t) {
+        const float* key = kp + b * ks0 + j * ks1 + t * ks2;
+        const bool masked = mp && !mp[b * ms0 + t];
+        for (int64_t g = 0; g < group; ++g) {
+          __m256 acc = _mm256_mul_ps(query[g * chunks], _mm256_loadu_ps(key));
+          for (int64_t c = 1; c < chunks; ++c) acc = _mm256_fmadd_ps(query[g * chunks + c], _mm256_loadu_ps(key + c * 8), acc);
+          const float s = masked ? lowest : hsum8(acc) * float(scale);  // as masked_fill
+          scores[g * padded + t] = s;
+          top[g] = std::max(top[g], s);
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {  // exp(s - max), masked keys exactly 0, and their sum
+        float* row = scores.data() + g * padded;
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t t = 0; t < padded; t += 8) {
+          const __m256 s = _mm256_loadu_ps(row + t);
+          const __m256 keep = _mm256_cmp_ps(s, _mm256_set1_ps(lowest), _CMP_NEQ_OQ);
+          const __m256 e = _mm256_and_ps(keep, exp8(_mm256_sub_ps(s, _mm256_set1_ps(top[g]))));
+          _mm256_storeu_ps(row + t, e);
+          sum = _mm256_add_ps(sum, e);
+        }
+        total[g] = hsum8(sum);
+        for (int64_t c = 0; c < chunks; ++c) o[g * chunks + c] = _mm256_setzero_ps();
+      }
+      for (int64_t t = 0; t < len; ++t) {
+        const float* value = vp + b * vs0 + j * vs1 + t * vs2;
+        for (int64_t g = 0; g < group; ++g) {
+          const __m256 p = _mm256_set1_ps(scores[g * padded + t] / total[g]);
+          for (int64_t c = 0; c < chunks; ++c) o[g * chunks + c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(value + c * 8), o[g * chunks + c]);
+        }
+      }
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t c = 0; c < chunks; ++c) _mm256_storeu_ps(op + (b * heads + j * group + g) * dim + c * 8, o[g * chunks + c]);
     }
   });
   return out;

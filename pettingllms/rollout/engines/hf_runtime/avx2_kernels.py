@@ -20,7 +20,16 @@ rounded once each (FMA). The tests hold both to a float64 reference.
 The lean forward runs it for every product of a bf16 model where the AVX512-BF16 kernels
 (`cpu_kernels`) do not run: the CPU lacks AVX512-BF16, or `PETTINGLLMS_CPU_KERNELS=avx2` asks for
 this GEMM (how it is tested and benchmarked on any x86-64 box). The other decode ops stay torch's
-there. Built and cached as `cpu_kernels` builds its module; `load()` returns None, the reason
+there.
+
+A float32 model whose weights are all bf16 values (a bf16 checkpoint that `model.dtype=auto` loaded
+as float32 on a CPU without bf16 arithmetic; `holds_bf16`) runs the same GEMM on fp32 inputs and
+the fp32 decode ops of the same file (`rms_norm_f32`, `silu_mul_f32`, `rope_decode_f32`,
+`decode_attention_f32`): the weights a decode step streams are half the bytes, every product and
+sum is fp32, and a decode step is a few C++ calls a layer instead of dozens of torch ops (issue
+29: at one row those ops, not the GEMM, were most of the step).
+
+Built and cached as `cpu_kernels` builds its module; `load()` returns None, the reason
 logged, where the CPU lacks AVX2/FMA or the build fails.
 """
 from __future__ import annotations
@@ -34,11 +43,14 @@ from typing import Any, Sequence
 import torch
 
 from pettingllms.rollout.engines.hf_runtime import cpu_kernels
+from pettingllms.utils import precision
 
 log = logging.getLogger(__name__)
 
-_CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # -fopenmp: at::parallel_for's threads (see cpu_kernels)
-_FUNCTIONS = ["pack_pairs", "gemm_packed"]
+# -fopenmp: at::parallel_for's threads (see cpu_kernels); -ffp-contract=off: the fp32 ops round a product
+# and a sum apart, as torch does (the GEMM's FMAs are written as such)
+_CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"]
+_FUNCTIONS = ["pack_pairs", "gemm_packed", "rms_norm_f32", "silu_mul_f32", "rope_decode_f32", "decode_attention_f32"]
 _SOURCE_FILE = "avx2_kernels.cpp"
 _CPU_FLAGS = {"avx2", "fma"}
 
@@ -60,6 +72,39 @@ def load() -> Any | None:
         log.info("AVX2 GEMM kernel: %s; oneDNN is used", reason)
         return None
     return cpu_kernels.build("avx2_kernels", _SOURCE_FILE, _CFLAGS, _FUNCTIONS, "AVX2 GEMM kernel")
+
+
+def attention_takes(head_dim: int) -> bool:
+    """Whether `decode_attention_f32` runs at this head size (eight lanes along it, at most 256)."""
+    return head_dim % 8 == 0 and 0 < head_dim <= 256
+
+
+_said_held: set[bool] = set()
+
+
+def holds_bf16(model: Any) -> bool:
+    """Whether the lean forward holds this model's GEMM weights in bf16 and runs the fp32 decode ops:
+    a float32 CPU model, every projection and head weight a bf16 value (the low 16 bits of each
+    fp32 zero: nothing is lost), the CPU without bf16 arithmetic (or `PETTINGLLMS_CPU_KERNELS=avx2`),
+    and this module built. Logged once per process."""
+    embed = model.model.embed_tokens.weight
+    if embed.dtype != torch.float32 or embed.device.type != "cpu":
+        return False
+    native = any(f in precision.cpu_flags() for f in precision.BF16_CPU_FLAGS)
+    if native and cpu_kernels.choice() != "avx2":
+        return False
+    weights = [m.weight for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and (".layers." in f".{name}" or name.endswith("lm_head"))]
+    exact = bool(weights) and all(not bool((w.detach().view(torch.int32) & 0xFFFF).any()) for w in weights)
+    held = exact and load() is not None
+    if held not in _said_held:
+        _said_held.add(held)
+        if held:
+            log.info("HF engine: float32 model with its GEMM weights held in bf16 (all are bf16 values; the CPU "
+                     "has no bf16 arithmetic): the AVX2 GEMM and fp32 decode ops")
+        elif not exact:
+            log.info("HF engine: float32 model whose weights are not all bf16 values: its GEMMs stay float32")
+    return held
 
 
 def takes(weights: Sequence[torch.Tensor]) -> bool:

@@ -11,6 +11,13 @@ weight on its own. This forward runs the same ops on the model's own weights wit
   faster than oneDNN at decode sizes) or else AVX2 + FMA (`avx2_kernels`: fp32 sums over the
   bf16 weights, where oneDNN's bf16 GEMM is slow), else into oneDNN's (`linear.pack_weight`, for
   `pack_linears`' reason);
+* a float32 model on a CPU without bf16 arithmetic whose weights are all bf16 values (a bf16
+  checkpoint loaded as float32, as `model.dtype=auto` loads it there): its GEMM weights held in
+  bf16 for the AVX2 GEMM (half the bytes a decode step streams; products and sums in fp32) and the
+  other decode ops in fp32 C++ (`avx2_kernels`' fp32 set). Decided once, at the first build: after
+  a weight update the engine samples from the policy's weights rounded to bf16, as a bf16 engine
+  does (the trainer computes its own log-probs); `rollout.engine_options.cpu_kernels=false` keeps
+  every product in fp32;
 * with the kernels, SwiGLU in one call, and every decode step's attention and RMSNorms in one
   call each;
 * rotary embedding applied to the queries and keys in one go;
@@ -53,14 +60,18 @@ class _Linear:
     """y = x W^T + b for one or several weights stacked on the output dimension: one GEMM over a
     fused, packed copy, our bf16 kernel's (`cpu_kernels.gemm`) where it runs, else oneDNN's."""
 
-    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None], kernel: Any = None):
+    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None], kernel: Any = None,
+                 hold_bf16: bool = False):
+        """`hold_bf16`: float32 weights packed for `kernel` (the AVX2 GEMM) rounded to bf16."""
         self.sources = [t.detach() for t in weights]
         present = [b.detach() for b in biases if b is not None]
         self.bias = torch.cat(present) if present else None
-        self.kernel = kernel if kernel is not None and cpu_kernels.takes(self.sources) else None
+        packable = [t.to(torch.bfloat16) for t in self.sources] if hold_bf16 else self.sources
+        self.kernel = kernel if kernel is not None and cpu_kernels.takes(packable) else None
+        self.held = hold_bf16 and self.kernel is not None
         self.columns = sum(t.shape[0] for t in self.sources)
         if self.kernel is not None:  # the kernel's packed copy instead of oneDNN's (one copy in memory)
-            self.pairs = self.kernel.pack_pairs(self.sources)
+            self.pairs = self.kernel.pack_pairs(packable)
             self.kernel_bias = self.bias.float() if self.bias is not None else torch.empty(0)  # fp32, as it adds
             self.packed, self.weight = False, None
             return
@@ -75,6 +86,27 @@ class _Linear:
             out = self.kernel.gemm_packed(rows, self.pairs, self.columns, self.kernel_bias)
             return out.reshape(*x.shape[:-1], self.columns)
         return packed_linear(x, self.weight, self.bias) if self.packed else F.linear(x, self.weight, self.bias)
+
+    def exact(self, x: torch.Tensor) -> torch.Tensor:
+        """A prefill's product where the weights are held in bf16: torch's fp32 GEMM on the model's own
+        fp32 weights (MKL outruns the AVX2 kernel at hundreds of rows; no copy is kept for it)."""
+        if not self.held:
+            return self(x)
+        outs, at = [], 0
+        for w in self.sources:
+            bias = self.bias[at:at + w.shape[0]] if self.bias is not None else None
+            outs.append(F.linear(x, w, bias))
+            at += w.shape[0]
+        return torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
+
+
+class _F32Ops:
+    """The AVX2 set's fp32 decode ops under the names of `cpu_kernels`' bf16 ones (the forward calls
+    either through one name)."""
+
+    def __init__(self, module: Any):
+        self.rope_decode = module.rope_decode_f32 if module is not None else None
+        self.decode_attention = module.decode_attention_f32 if module is not None else None
 
 
 class LeanLlama:
@@ -111,26 +143,31 @@ class LeanLlama:
         self.kernel = cpu_kernels.load() if kernels and bf16_cpu else None  # built (or loaded) only where it runs
         # the products' kernel: the AVX512-BF16 set's GEMM, else the AVX2 one (the rest stays torch's)
         self.gemm = self.kernel if self.kernel is not None or not (kernels and bf16_cpu) else avx2_kernels.load()
+        # a float32 model with its GEMM weights held in bf16: the AVX2 set's GEMM and fp32 decode ops
+        self.f32 = avx2_kernels.load() if kernels and avx2_kernels.holds_bf16(model) else None
+        if self.f32 is not None:
+            self.gemm = self.f32
+        self.ops = self.kernel if self.kernel is not None else _F32Ops(self.f32)  # the decode ops, by name
         self._no_mask = torch.empty(0, dtype=torch.bool)
 
     def _build(self) -> None:
-        m, k = self.model, self.gemm
+        m, k, held = self.model, self.gemm, self.f32 is not None
         self.layers, self.head = [], None  # the old copies go before the new ones are made
         for layer in m.model.layers:
             a, mlp = layer.self_attn, layer.mlp
             projections = (a.q_proj, a.k_proj, a.v_proj)
             self.layers.append((
                 layer.input_layernorm.weight,
-                _Linear([p.weight for p in projections], [p.bias for p in projections], k),
-                _Linear([a.o_proj.weight], [a.o_proj.bias], k),
+                _Linear([p.weight for p in projections], [p.bias for p in projections], k, held),
+                _Linear([a.o_proj.weight], [a.o_proj.bias], k, held),
                 layer.post_attention_layernorm.weight,
-                _Linear([mlp.gate_proj.weight, mlp.up_proj.weight], [None], k),
-                _Linear([mlp.down_proj.weight], [None], k),
+                _Linear([mlp.gate_proj.weight, mlp.up_proj.weight], [None], k, held),
+                _Linear([mlp.down_proj.weight], [None], k, held),
                 float(a.scaling)))
         self.intermediate = m.model.layers[0].mlp.gate_proj.weight.shape[0]
         self.norm = m.model.norm.weight
         self.embed = m.model.embed_tokens.weight
-        self.head = _Linear([m.lm_head.weight], [getattr(m.lm_head, "bias", None)], k)
+        self.head = _Linear([m.lm_head.weight], [getattr(m.lm_head, "bias", None)], k, held)
         self.inv_freq = m.model.rotary_emb.inv_freq.float()
         self.rope_scale = float(m.model.rotary_emb.attention_scaling)
 
@@ -149,13 +186,19 @@ class LeanLlama:
         """silu(gate) * up of the fused gate/up output: one kernel call where the kernels run."""
         if self.kernel is not None and y.dtype == torch.bfloat16:
             return self.kernel.silu_mul(y.reshape(-1, y.shape[-1])).view(*y.shape[:-1], self.intermediate)
+        if self.f32 is not None and y.dtype == torch.float32:
+            return self.f32.silu_mul_f32(y.reshape(-1, y.shape[-1])).view(*y.shape[:-1], self.intermediate)
         return F.silu(y[..., :self.intermediate]) * y[..., self.intermediate:]
 
     def _rms_kernel(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """`_rms` in one kernel call (decode steps; bf16 weights): cpu_kernels.rms_norm, unchecked."""
-        if weight.dtype != torch.bfloat16:
-            return self._rms(x, weight)
-        return self.kernel.rms_norm(x.reshape(-1, x.shape[-1]).contiguous(), weight, self.eps).view(x.shape)
+        """`_rms` in one kernel call (decode steps): cpu_kernels.rms_norm for bf16, the AVX2 set's
+        rms_norm_f32 for fp32, unchecked."""
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        if weight.dtype == torch.bfloat16 and self.kernel is not None:
+            return self.kernel.rms_norm(rows, weight, self.eps).view(x.shape)
+        if weight.dtype == torch.float32 and x.dtype == torch.float32 and self.f32 is not None:
+            return self.f32.rms_norm_f32(rows, weight, self.eps).view(x.shape)
+        return self._rms(x, weight)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         xf = x.to(torch.promote_types(x.dtype, torch.float32))  # transformers' fp32 upcast
@@ -189,22 +232,28 @@ class LeanLlama:
         causal = length > 1 and attn_mask is None
         # A decode step's attention and norms in one kernel call each (cpu_kernels); the
         # attention's key mask is [B, L] bool, or empty for "attend to all".
-        fused = self.kernel is not None and length == 1 and x.dtype == torch.bfloat16
-        fused_attention = fused and cpu_kernels.attention_takes(d)
+        fused = length == 1 and ((self.kernel is not None and x.dtype == torch.bfloat16)
+                                 or (self.f32 is not None and x.dtype == torch.float32))
+        attention_ok = cpu_kernels.attention_takes(d) if self.kernel is not None else avx2_kernels.attention_takes(d)
+        fused_attention = fused and attention_ok
+        ops = self.ops
+        # held bf16 weights: a prefill's products in fp32 on the model's weights (the phase, not the
+        # row count, picks the path, so a row's numbers do not depend on what shares its batch)
+        product = _Linear.exact if length > 1 and self.f32 is not None else _Linear.__call__
         key_mask = attn_mask[:, 0, 0].contiguous() if fused_attention and attn_mask is not None else self._no_mask
         rms = self._rms_kernel if fused else self._rms
         if fused_attention:
             cos_rows, sin_rows = cos.view(b, d), sin.view(b, d)
         half, rotated = d // 2, (heads + kv_heads) * d
         for i, (norm1, qkv, out, norm2, gate_up, down, scaling) in enumerate(self.layers):
-            y = qkv(rms(x, norm1))
+            y = product(qkv, rms(x, norm1))
             layer = cache.layers[i]
             if fused_attention and isinstance(layer, BufferedLayer) and layer.is_initialized:
                 # rotary embedding and cache write in one call, then the attention in one: the
                 # kernels unchecked (per layer), the shapes hold here
                 kbuf, vbuf, col = layer.append_column()
-                q = self.kernel.rope_decode(y.view(b, -1), cos_rows, sin_rows, heads, kv_heads, kbuf, vbuf, col)
-                a = self.kernel.decode_attention(q, layer.keys, layer.values, key_mask, scaling)
+                q = ops.rope_decode(y.view(b, -1), cos_rows, sin_rows, heads, kv_heads, kbuf, vbuf, col)
+                a = ops.decode_attention(q, layer.keys, layer.values, key_mask, scaling)
             else:
                 qk = y[..., :rotated].view(b, length, heads + kv_heads, d)
                 qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
@@ -213,10 +262,10 @@ class LeanLlama:
                 v = y[..., rotated:].view(b, length, kv_heads, d).transpose(1, 2)
                 k, v = layer.update(k, v)
                 if fused_attention:  # skipping cpu_kernels.decode_attention's checks (per layer): the shapes hold here
-                    a = self.kernel.decode_attention(qk[:, 0, :heads], k, v, key_mask, scaling)
+                    a = ops.decode_attention(qk[:, 0, :heads], k, v, key_mask, scaling)
                 else:
                     a = attend(q, k, v, attn_mask, scaling, causal)
-            x = x + out(a.reshape(b, length, heads * d))
-            y = gate_up(rms(x, norm2))
-            x = x + down(self._swiglu(y))
+            x = x + product(out, a.reshape(b, length, heads * d))
+            y = product(gate_up, rms(x, norm2))
+            x = x + product(down, self._swiglu(y))
         return self.head(rms(x[:, -1:], self.norm))[:, -1].float()
