@@ -258,6 +258,21 @@ def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path, env_name, data)
     assert _policy_files(ckpt_io.checkpoint_dir(run_dir, 2)) == step2
 
 
+def test_readme_gpu_command_is_the_vision_recipe_on_qwen2_5_vl():
+    """The README's GPU command for the vision envs composes to the real VLM (its recipes' dry runs are
+    in test_scripts.py); the README's env table lists both vision envs and says they need a real VLM."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (command,) = re.findall(r"`bash scripts/train/vision/plan_path_vision_L1_prompt\.sh ([^`]*)`", readme)
+    model = load_config("vision_L1_prompt", command.split()).model
+    assert model.path == "Qwen/Qwen2.5-VL-3B-Instruct" and model == load_config(
+        "vision_L1_prompt", ["model=qwen2_5_vl"]).model  # what the README says it equals
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `plan_path_vision`, `sokoban_vision` |")]
+    assert "`scripts/train/vision/`" in row and "learning runs need a real VLM" in readme
+
+
 def test_openai_messages_send_images_as_data_urls():
     import base64
     import io
