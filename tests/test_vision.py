@@ -12,7 +12,7 @@ from pettingllms.envs import make_env
 from pettingllms.envs.grid.vision import decode_board, draw_board
 from pettingllms.records import Episode, Sample, read_episodes, save_images, write_jsonl
 from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
-from pettingllms.utils.vision import encode_prompt, image_hash, load_processor, message_images, rope_positions
+from pettingllms.utils.vision import encode_prompt, image_hash, load_processor, message_images
 
 PLAN = {"id": "p", "grid": json.dumps(["....", ".#..", "..#.", "...."]), "start": "[3, 0]", "goal": "[0, 3]"}
 SOKO = {"id": "s", "level": json.dumps(["######", "#__@_#", "#_$__#", "#_.__#", "######"])}
@@ -59,6 +59,8 @@ def test_tiny_vl_prompt_expands_each_image_to_its_placeholders():
 def test_board_drawing_is_deterministic_and_decodes_to_the_text_board(name, problem):
     env = _env(name, problem)
     text_twin = _env(name.removesuffix("_vision"), problem)
+    first = env.observation("plan")[1]["content"][0]["image"].tobytes()
+    assert _env(name, problem).observation("plan")[1]["content"][0]["image"].tobytes() == first  # same seed
     for move in ("Actions: U", "Actions: R, R"):
         for e in (env, text_twin):
             e.step("plan", move)
@@ -99,6 +101,8 @@ def test_text_model_refuses_image_parts_clearly():
 
 
 def test_vl_logprobs_equal_a_teacher_forced_forward(engine, completions):
+    """The reference is the model's own forward on one row: its multimodal rotary positions computed by
+    transformers itself (from mm_token_type_ids, as HF's processor returns them), not by our rope_positions."""
     requests, outs = completions
     slot = engine._slot("p")
     model, proc = slot.model, slot.processor
@@ -109,11 +113,14 @@ def test_vl_logprobs_equal_a_teacher_forced_forward(engine, completions):
             x = torch.tensor([c.prompt_ids + c.response_ids])
             mask = torch.ones_like(x)
             with torch.no_grad():
-                logits = model(input_ids=x, attention_mask=mask, position_ids=rope_positions(model, x, mask,
-                               px["image_grid_thw"]), **px).logits[0].double()
+                logits = model(input_ids=x, attention_mask=mask, mm_token_type_ids=(x == model.config.image_token_id)
+                               .int(), **px).logits[0].double()
             lp = torch.log_softmax(logits, -1)
             forced = [lp[len(ids) - 1 + j, t].item() for j, t in enumerate(c.response_ids)]
             assert max(abs(a - b) for a, b in zip(forced, c.logprobs)) < 1e-4  # fp32, batched vs single row
+    with torch.no_grad():  # the pixels matter: without them the same tokens score far apart (~20 here)
+        blind = torch.log_softmax(model(input_ids=x, attention_mask=mask).logits[0].double(), -1)
+    assert max(abs(blind[len(ids) - 1 + j, t].item() - a) for j, (t, a) in enumerate(zip(c.response_ids, forced))) > 0.1
 
 
 def test_k_candidates_share_one_vision_encoding(engine):
