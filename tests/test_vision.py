@@ -252,9 +252,12 @@ def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path, env_name, data)
     full, run_dir = run("full")
     assert [m["step"] for m in full] == [1, 2] and full[1]["train/grad_norm"] > 0
     assert [p.name for _, p in ckpt_io.list_checkpoints(run_dir)] == ["step_000001", "step_000002"]
+    # each distinct image once, in a file named by its hash next to the step files, which name it
     images = {p.stem for p in (run_dir / "trajectories" / "images").iterdir()}
-    rows = [json.loads(line) for line in (run_dir / "trajectories" / "step_1.jsonl").read_text().splitlines()]
-    assert images and {h for r in rows for s in r["samples"] for h in s["images"]} <= images
+    steps = sorted((run_dir / "trajectories").glob("step_*.jsonl"))
+    rows = [json.loads(line) for f in steps for line in f.read_text().splitlines()]
+    assert [f.name for f in steps] == ["step_1.jsonl", "step_2.jsonl"] and "base64" not in steps[0].read_text()
+    assert images and {h for r in rows for s in r["samples"] for h in s["images"]} == images
     step2 = _policy_files(ckpt_io.checkpoint_dir(run_dir, 2))
     assert step2 != _policy_files(ckpt_io.checkpoint_dir(run_dir, 1))  # step 2 changed the weights
     # resumed from the step-1 checkpoint, step 2 runs again into the same run folder, identically: the
