@@ -6,13 +6,7 @@ import json
 
 from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.local import LocalTrainer
-from trainer_fixtures import trainer_cfg
-
-# Wall-clock measurements differ between runs; everything else must match exactly.
-def _comparable(m: dict) -> dict:
-    return {k: v for k, v in m.items()
-            # wall-clock readings (…_s) differ between runs; everything else must match
-            if not k.startswith(("timing/", "time/", "tokens/generated_per_s")) and not k.endswith("_s")}
+from trainer_fixtures import comparable, trainer_cfg
 
 
 def _run(tmp, name, *overrides, max_steps=None):
@@ -35,13 +29,13 @@ def test_resume_continues_exactly(tmp_path):
     resumed, run_dir2 = _run(tmp_path, "split", "trainer.checkpoint.save_freq=1", "trainer.checkpoint.resume=auto")
     assert run_dir2 == run_dir
     assert [m["step"] for m in resumed] == [1, 2, 3]
-    assert _comparable(resumed[2]) == _comparable(full[2])
+    assert comparable(resumed[2]) == comparable(full[2])
     assert resumed[2]["train/grad_norm"] > 0  # step 3 trained: weights and optimizer state mattered
 
     # trainer.checkpoint.resume=PATH to an older checkpoint: steps 2 and 3 run again, identically,
     # and metrics.jsonl keeps each step once
     again, run_dir3 = _run(tmp_path, "ignored", f"trainer.checkpoint.resume={ckpt_io.checkpoint_dir(run_dir, 1)}")
     assert run_dir3 == run_dir
-    assert [_comparable(m) for m in again] == [_comparable(m) for m in full]
+    assert [comparable(m) for m in again] == [comparable(m) for m in full]
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]

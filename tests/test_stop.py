@@ -23,7 +23,7 @@ from pettingllms.trainer import checkpoint as ckpt_io
 from pettingllms.trainer.local import LocalTrainer
 from pettingllms.trainer.stopping import EXIT_STOPPED, StopRequested, StopSignals
 from pettingllms.utils.procs import descendants
-from trainer_fixtures import RandomTokenEngine, trainer_cfg
+from trainer_fixtures import RandomTokenEngine, comparable, trainer_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -146,11 +146,6 @@ def _trainer(tmp_path, engine, *overrides):
     return LocalTrainer(cfg, engine=engine)
 
 
-def _comparable(m: dict) -> dict:
-    return {k: v for k, v in m.items()  # wall-clock readings differ between runs
-            if not k.startswith(("timing/", "time/", "tokens/generated_per_s")) and not k.endswith("_s")}
-
-
 def test_a_stop_drops_the_rollout_in_flight_and_resume_is_exact(tmp_path):
     full = _trainer(tmp_path / "full", RandomTokenEngine())
     try:
@@ -174,7 +169,7 @@ def test_a_stop_drops_the_rollout_in_flight_and_resume_is_exact(tmp_path):
     finally:
         resumed.close()
     assert [m["step"] for m in history] == [1, 2, 3, 4]
-    assert [_comparable(m) for m in history] == [_comparable(m) for m in expected]
+    assert [comparable(m) for m in history] == [comparable(m) for m in expected]
 
 
 def test_signal_outside_a_droppable_section_waits_for_it_to_end():

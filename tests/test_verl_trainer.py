@@ -13,16 +13,11 @@ pytest.importorskip("ray")
 
 from pettingllms.trainer import checkpoint as ckpt_io  # noqa: E402
 from pettingllms.trainer.local import LocalTrainer  # noqa: E402
-from trainer_fixtures import trainer_cfg  # noqa: E402
+from trainer_fixtures import comparable, trainer_cfg  # noqa: E402
 from verl_helpers import ray_local  # noqa: E402,F401
 
 VERL = ("trainer=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.deterministic=true",
         "trainer.total_steps=3", "policies=per_agent_lora", "model.lora.rank=4", "model.lora.alpha=8")
-
-
-def _comparable(m: dict) -> dict:
-    return {k: v for k, v in m.items()
-            if not k.startswith(("timing/", "time/", "tokens/generated_per_s")) and not k.endswith("_s")}
 
 
 def _run(tmp, name, *overrides, max_steps=None):
@@ -41,7 +36,7 @@ def test_verl_backend_trains_checkpoints_and_resumes(ray_local, tmp_path):
 
     first, run_dir = _run(tmp_path, "split", "trainer.checkpoint.save_freq=1", max_steps=2)
     for a, b in zip(first, full[:2]):  # the same run so far (CPU, deterministic)
-        assert _comparable(a) == pytest.approx(_comparable(b), rel=1e-6, abs=1e-7)
+        assert comparable(a) == pytest.approx(comparable(b), rel=1e-6, abs=1e-7)
     ckpt = ckpt_io.latest_checkpoint(run_dir)
     assert ckpt is not None and ckpt.name == "step_000002"
     policy_dirs = list((ckpt / "policies").iterdir())
@@ -54,4 +49,4 @@ def test_verl_backend_trains_checkpoints_and_resumes(ray_local, tmp_path):
     resumed, run_dir2 = _run(tmp_path, "split", "trainer.checkpoint.save_freq=1", "trainer.checkpoint.resume=auto")
     assert run_dir2 == run_dir
     assert [m["step"] for m in resumed] == [1, 2, 3]
-    assert _comparable(resumed[2]) == pytest.approx(_comparable(full[2]), rel=1e-6, abs=1e-7)
+    assert comparable(resumed[2]) == pytest.approx(comparable(full[2]), rel=1e-6, abs=1e-7)

@@ -12,7 +12,7 @@ from pettingllms.envs import make_env
 from pettingllms.envs.grid.vision import decode_board, draw_board
 from pettingllms.records import Episode, Sample, read_episodes, save_images, write_jsonl
 from pettingllms.rollout.engines.base import GenerationRequest, SamplingParams
-from pettingllms.utils.vision import encode_prompt, image_hash, load_processor, message_images, rope_positions
+from pettingllms.utils.vision import encode_prompt, image_hash, load_processor, message_images
 
 PLAN = {"id": "p", "grid": json.dumps(["....", ".#..", "..#.", "...."]), "start": "[3, 0]", "goal": "[0, 3]"}
 SOKO = {"id": "s", "level": json.dumps(["######", "#__@_#", "#_$__#", "#_.__#", "######"])}
@@ -59,6 +59,8 @@ def test_tiny_vl_prompt_expands_each_image_to_its_placeholders():
 def test_board_drawing_is_deterministic_and_decodes_to_the_text_board(name, problem):
     env = _env(name, problem)
     text_twin = _env(name.removesuffix("_vision"), problem)
+    first = env.observation("plan")[1]["content"][0]["image"].tobytes()
+    assert _env(name, problem).observation("plan")[1]["content"][0]["image"].tobytes() == first  # same seed
     for move in ("Actions: U", "Actions: R, R"):
         for e in (env, text_twin):
             e.step("plan", move)
@@ -99,6 +101,8 @@ def test_text_model_refuses_image_parts_clearly():
 
 
 def test_vl_logprobs_equal_a_teacher_forced_forward(engine, completions):
+    """The reference is the model's own forward on one row: its multimodal rotary positions computed by
+    transformers itself (from mm_token_type_ids, as HF's processor returns them), not by our rope_positions."""
     requests, outs = completions
     slot = engine._slot("p")
     model, proc = slot.model, slot.processor
@@ -109,11 +113,14 @@ def test_vl_logprobs_equal_a_teacher_forced_forward(engine, completions):
             x = torch.tensor([c.prompt_ids + c.response_ids])
             mask = torch.ones_like(x)
             with torch.no_grad():
-                logits = model(input_ids=x, attention_mask=mask, position_ids=rope_positions(model, x, mask,
-                               px["image_grid_thw"]), **px).logits[0].double()
+                logits = model(input_ids=x, attention_mask=mask, mm_token_type_ids=(x == model.config.image_token_id)
+                               .int(), **px).logits[0].double()
             lp = torch.log_softmax(logits, -1)
             forced = [lp[len(ids) - 1 + j, t].item() for j, t in enumerate(c.response_ids)]
             assert max(abs(a - b) for a, b in zip(forced, c.logprobs)) < 1e-4  # fp32, batched vs single row
+    with torch.no_grad():  # the pixels matter: without them the same tokens score far apart (~20 here)
+        blind = torch.log_softmax(model(input_ids=x, attention_mask=mask).logits[0].double(), -1)
+    assert max(abs(blind[len(ids) - 1 + j, t].item() - a) for j, (t, a) in enumerate(zip(c.response_ids, forced))) > 0.1
 
 
 def test_k_candidates_share_one_vision_encoding(engine):
@@ -209,41 +216,71 @@ def test_trajectories_store_each_image_once_by_hash(tmp_path, completions):
     assert samples[0].images and not isinstance(samples[0].images[0], str)  # writing left them in place
 
 
+def _policy_files(ckpt) -> dict[str, bytes]:
+    """Every file a checkpoint's policies wrote (weights, optimizer state), by path, as bytes."""
+    root = ckpt / "policies"
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+# Each vision env on its easy data, one turn per agent, K=2: the cheapest run that still samples, scores,
+# updates, syncs weights and checkpoints (about 4-5 s per env here). The random tiny:vl never writes a valid
+# move, so every group's rewards are equal and its GRPO advantages zero; the entropy bonus gives each update
+# a gradient, so that the weights really move and the bit-for-bit resume check is not a check of zeros.
 @pytest.mark.slow
-def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path):
+@pytest.mark.parametrize("env_name,data", [("plan_path_vision", "plan_path_easy"), ("sokoban_vision", "sokoban_easy")])
+def test_two_step_at_grpo_on_tiny_vl_with_exact_resume(tmp_path, env_name, data):
     from pettingllms.trainer import checkpoint as ckpt_io
     from pettingllms.trainer.local import LocalTrainer
+    from trainer_fixtures import comparable
 
-    def run(name, *extra, max_steps=None):
+    def run(name, *extra):
         cfg = load_config("vision_L1_prompt", [
-            "model=tiny_vl", "env=plan_path_vision", "env.max_turns=1", "env.train_limit=4", "env.test_limit=2",
+            "model=tiny_vl", f"env={env_name}", "env.max_turns=1", "env.train_limit=4", "env.test_limit=2",
             "rollout.batch_size=1", "rollout.k=2", "rollout.sampling.max_new_tokens=6",
             "rollout.sampling.temperature=1.0", "reward.local_weight=1.0", "trainer.total_steps=2",
             "trainer.deterministic=true", "trainer.validation.val_freq=0",
             "trainer.logging.progress_bar=false", f"trainer.output_dir={tmp_path}", f"trainer.run_name={name}",
-            f"env.data_root={tmp_path / 'data'}", "env.data=plan_path_easy", "trainer.optim.warmup_steps=0",
-            "trainer.optim.lr=0.05", *extra])
+            f"env.data_root={tmp_path / 'data'}", f"env.data={data}", "trainer.optim.warmup_steps=0",
+            "trainer.optim.lr=0.05", "trainer.checkpoint.save_freq=1", "algorithm.entropy_coef=0.01", *extra])
         trainer = LocalTrainer(cfg)
         try:
-            return trainer.fit(max_steps), trainer.run_dir
+            return trainer.fit(), trainer.run_dir
         finally:
             trainer.close()
 
-    def comparable(m):
-        return {k: v for k, v in m.items() if not k.startswith(("timing/", "time/", "tokens/generated_per_s"))
-                and not k.endswith("_s")}
-
     (tmp_path / "data").mkdir()
-    full, run_dir = run("full", "trainer.checkpoint.save_freq=1")
-    assert [m["step"] for m in full] == [1, 2]
+    full, run_dir = run("full")
+    assert [m["step"] for m in full] == [1, 2] and full[1]["train/grad_norm"] > 0
     assert [p.name for _, p in ckpt_io.list_checkpoints(run_dir)] == ["step_000001", "step_000002"]
+    # each distinct image once, in a file named by its hash next to the step files, which name it
     images = {p.stem for p in (run_dir / "trajectories" / "images").iterdir()}
-    rows = [json.loads(line) for line in (run_dir / "trajectories" / "step_1.jsonl").read_text().splitlines()]
-    assert images and {h for r in rows for s in r["samples"] for h in s["images"]} <= images
-    # resumed from the step-1 checkpoint, step 2 runs again into the same run folder, identically
+    steps = sorted((run_dir / "trajectories").glob("step_*.jsonl"))
+    rows = [json.loads(line) for f in steps for line in f.read_text().splitlines()]
+    assert [f.name for f in steps] == ["step_1.jsonl", "step_2.jsonl"] and "base64" not in steps[0].read_text()
+    assert images and {h for r in rows for s in r["samples"] for h in s["images"]} == images
+    step2 = _policy_files(ckpt_io.checkpoint_dir(run_dir, 2))
+    assert step2 != _policy_files(ckpt_io.checkpoint_dir(run_dir, 1))  # step 2 changed the weights
+    # resumed from the step-1 checkpoint, step 2 runs again into the same run folder, identically: the
+    # same metrics and, bit for bit, the same step-2 weights and optimizer state
     again, run_dir2 = run("ignored", f"trainer.checkpoint.resume={ckpt_io.checkpoint_dir(run_dir, 1)}")
     assert run_dir2 == run_dir and [m["step"] for m in again] == [1, 2]
     assert comparable(again[1]) == comparable(full[1])
+    assert _policy_files(ckpt_io.checkpoint_dir(run_dir, 2)) == step2
+
+
+def test_readme_gpu_command_is_the_vision_recipe_on_qwen2_5_vl():
+    """The README's GPU command for the vision envs composes to the real VLM (its recipes' dry runs are
+    in test_scripts.py); the README's env table lists both vision envs and says they need a real VLM."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (command,) = re.findall(r"`bash scripts/train/vision/plan_path_vision_L1_prompt\.sh ([^`]*)`", readme)
+    model = load_config("vision_L1_prompt", command.split()).model
+    assert model.path == "Qwen/Qwen2.5-VL-3B-Instruct" and model == load_config(
+        "vision_L1_prompt", ["model=qwen2_5_vl"]).model  # what the README says it equals
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `plan_path_vision`, `sokoban_vision` |")]
+    assert "`scripts/train/vision/`" in row and "learning runs need a real VLM" in readme
 
 
 def test_openai_messages_send_images_as_data_urls():

@@ -136,3 +136,10 @@ def fit(cfg, engine: Any = None) -> list[dict[str, Any]]:
         return trainer.fit()
     finally:
         trainer.close()
+
+
+def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A step's metrics without its wall-clock readings (timings, rates, `…_s`), which differ between
+    two runs of the same steps; what is left must match exactly when a resumed run is exact."""
+    return {k: v for k, v in metrics.items()
+            if not k.startswith(("timing/", "time/", "tokens/generated_per_s")) and not k.endswith("_s")}
