@@ -14,7 +14,7 @@ weight on its own. This forward runs the same ops on the model's own weights wit
 * a float32 model on a CPU without bf16 arithmetic whose weights are all bf16 values (a bf16
   checkpoint loaded as float32, as `model.dtype=auto` loads it there): its GEMM weights held in
   bf16 for the AVX2 GEMM (half the bytes a decode step streams; products and sums in fp32) and the
-  other decode ops in fp32 C++ (`avx2_kernels`' fp32 set). Decided once, at the first build: after
+  other decode ops in fp32 C++ (`avx2_kernels`' fp32 set). Decided once, when the forward is made: after
   a weight update the engine samples from the policy's weights rounded to bf16, as a bf16 engine
   does (the trainer computes its own log-probs); `rollout.engine_options.cpu_kernels=false` keeps
   every product in fp32;
