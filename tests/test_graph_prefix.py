@@ -1,92 +1,30 @@
-"""Multi-turn calls keep their earlier ids (pettingllms/rollout/graph/prefix.py).
-
-Through the gateway: a chat loop written with the official `openai` client, answered by the HF
-engine on tiny:test (the embedded model's tokenizer and chat template): each call that resends the
-conversation begins with the earlier call's prompt ids and the ids the engine sampled, and still
-reads as the conversation the template renders; an extension the engine would truncate is
-rendered afresh and counted as a miss. Without a model: a reply that ended on the end-of-turn
-token, a template that rewrites earlier turns (Qwen3-style reasoning dropped), and an engine with
-no tokenizer."""
+"""Multi-turn calls keep their earlier ids (pettingllms/rollout/graph/prefix.py), on the embedded
+model's tokenizer and chat template (tiny:test's): a reply whose ids a fresh tokenisation would not
+give, ended on the end-of-turn token; which calls count as extending an earlier one; a template that
+rewrites earlier turns (Qwen3-style reasoning dropped), an extension the engine would truncate, a
+truncated earlier prompt, and an engine with no tokenizer all fall back to fresh rendering as misses.
+The whole path (the official `openai` client, the gateway, the HF engine, the samples) runs in the
+L3 case of tests/test_graph_training.py."""
 from __future__ import annotations
 
 import copy
 
-import openai
 import pytest
 
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, render_chat
-from pettingllms.rollout.graph.broker import Call, CallBroker
-from pettingllms.rollout.graph.gateway import Gateway
-from pettingllms.rollout.graph.prefix import PrefixKeeper
+from pettingllms.rollout.graph.broker import Call
+from pettingllms.rollout.graph.prefix import PrefixKeeper, Prompt
 from pettingllms.utils.models import load_tokenizer
-
-MAX_PROMPT = 160
-
-
-@pytest.fixture(scope="module")
-def served():
-    from pettingllms.rollout.engines.hf import HFEngine
-
-    engine = HFEngine({"p": "tiny:test"}, dtype="float32", max_prompt_tokens=MAX_PROMPT)
-    broker = CallBroker(engine, {"solver": "p"}, {"max_new_tokens": 6, "temperature": 1.0}, wait_s=0.01)
-    gateway = Gateway(broker)
-    yield engine, broker, gateway
-    gateway.close()
-    broker.shutdown()
-
-
-def chat_loop(gateway, ex, user_turns):
-    """The usual framework loop: resend everything, the reply, then the next user message."""
-    client = openai.OpenAI(base_url=f"{gateway.url}/agents/solver/v1", api_key=ex.token, max_retries=0)
-    chat = [{"role": "system", "content": "You are the solver."}]
-    for text in user_turns:
-        chat.append({"role": "user", "content": text})
-        reply = client.chat.completions.create(model="m", messages=chat).choices[0].message.content
-        chat.append({"role": "assistant", "content": reply})
-
 
 def fresh_ids(tok, messages):
     return tok(render_chat(tok, GenerationRequest(messages=messages)), add_special_tokens=False)["input_ids"]
 
 
-def test_a_chat_loop_keeps_the_ids_it_was_sampled_with(served):
-    engine, broker, gateway = served
-    tok = engine.tokenizer("p")
-    ex = broker.open("q/graph0", seed=3, max_calls=10, max_tokens=10**6)
-    chat_loop(gateway, ex, ["What is 2 + 2?", "Check it.", "Final answer?"])
-    calls = broker.close(ex)
-    assert [c.extends for c in calls] == [None, 0, 1] and (ex.prefix_kept, ex.prefix_misses) == (2, 0)
-    for prev, call in zip(calls, calls[1:]):
-        before, now = prev.completions[0], call.completions[0]
-        head = before.prompt_ids + before.response_ids  # the ids the engine sampled, not a re-tokenisation
-        assert now.prompt_ids[:len(head)] == head
-        rest = render_chat(tok, GenerationRequest(messages=call.messages))[len(prev.prompt_text) + len(
-            tok.decode(before.response_ids, skip_special_tokens=False)):]
-        assert now.prompt_ids[len(head):] == tok(rest, add_special_tokens=False)["input_ids"]
-        # still the conversation the template renders, token for token as text
-        assert tok.decode(now.prompt_ids, skip_special_tokens=False) == render_chat(
-            tok, GenerationRequest(messages=call.messages))
-    assert calls[0].completions[0].prompt_ids == fresh_ids(tok, calls[0].messages)
-
-
-def test_an_extension_the_engine_would_truncate_is_a_miss(served):
-    engine, broker, gateway = served
-    tok = engine.tokenizer("p")
-    ex = broker.open("q/graph1", seed=4, max_calls=10, max_tokens=10**6)
-    chat_loop(gateway, ex, ["What is 2 + 2?", "and " * MAX_PROMPT, "Final answer?"])
-    calls = broker.close(ex)
-    # the second call would pass max_prompt_tokens: rendered afresh (and cut); the third extends a cut prompt
-    assert [c.extends for c in calls] == [None, None, None] and (ex.prefix_kept, ex.prefix_misses) == (0, 2)
-    assert calls[1].completions[0].prompt_ids == fresh_ids(tok, calls[1].messages)[-MAX_PROMPT:]
-    assert calls[1].prompt_text is None  # not the rendered text any more: nothing may extend it
-
-
 class TokenizerOnly:
     """An engine as PrefixKeeper sees it: the policy's tokenizer and the prompt cap."""
-    max_prompt_tokens = 1024
 
-    def __init__(self, tok):
-        self.tok = tok
+    def __init__(self, tok, max_prompt_tokens=1024):
+        self.tok, self.max_prompt_tokens = tok, max_prompt_tokens
 
     def tokenizer(self, policy):
         return self.tok
@@ -146,3 +84,16 @@ def test_an_engine_without_a_tokenizer_keeps_nothing(tok):
     new = first + [{"role": "assistant", "content": "42"}, {"role": "user", "content": "Sure?"}]
     prompt = PrefixKeeper(object()).prompt([call], "solver", GenerationRequest(new, policy="p"))
     assert (prompt.ids, prompt.kept, prompt.extends) == (None, False, 0)  # counted as a miss
+
+
+def test_truncation_falls_back(tok):
+    first = [{"role": "user", "content": "6 x 7?"}]
+    call = answered(tok, first, tok("42", add_special_tokens=False)["input_ids"])
+    new = first + [{"role": "assistant", "content": "42"}, {"role": "user", "content": "and " * 50}]
+    keeper = PrefixKeeper(TokenizerOnly(tok, max_prompt_tokens=len(fresh_ids(tok, new)) - 1))
+    prompt = keeper.prompt([call], "solver", GenerationRequest(new, policy="p"))
+    assert (prompt.ids, prompt.kept) == (None, False)  # the engine would cut its start
+    # the engine cut a prompt: its text is not kept, so nothing can extend it
+    assert keeper.confirmed(prompt, "p", fresh_ids(tok, new)[1:]) is None
+    assert keeper.confirmed(prompt, "p", fresh_ids(tok, new)) == prompt.text
+    assert keeper.confirmed(Prompt([1, 2], "x"), "p", [1, 2]) == "x"
