@@ -89,16 +89,31 @@ def script(req):
     return ["yes"]
 
 
-def play(folder, modes, **options):
+REWARDS = textwrap.dedent('''
+    def score(problem, answer, outcome, calls):
+        # the verifier earns 1 when its last verdict agrees with the grader; the solver 0.25 a call
+        verdicts = ["yes" in c["reply"] for c in calls if c["agent"] == "verifier"]
+        assert calls[0]["messages"][-1]["content"] == problem["question"] and problem["answer"] == "5"
+        return {"verifier": float(verdicts[-1] == (outcome == 1.0)),
+                "solver": 0.25 * sum(c["agent"] == "solver" for c in calls)}
+
+    def bad(problem, answer, outcome, calls):
+        return {"nobody": 1.0}
+''')
+
+
+def play(folder, modes, settings=None, **options):
     """Both executions of every mode's problem, with the program above and the scripted engine."""
     (folder / "toy_graph_program.py").write_text(PROGRAM)
+    (folder / "toy_graph_rewards.py").write_text(REWARDS)
     mp = pytest.MonkeyPatch()
     mp.chdir(folder)  # the program is imported from the working directory
     try:
         opts = dict(program="toy_graph_program", agents=["solver", "verifier"], max_calls=4, **options)
         rollout = GraphRollout(ScriptedEngine(script), lambda: make_env("graph", **opts),
                                {"solver": "pol_solver", "verifier": "pol_verifier"},
-                               RolloutSettings(strategy="graph", k=2, sampling={"max_new_tokens": 16}))
+                               RolloutSettings(strategy="graph", k=2, sampling={"max_new_tokens": 16},
+                                               **(settings or {})))
         problems = [{"id": m, "mode": m, "question": "What is 2 + 3?", "answer": "5"} for m in modes]
         start = time.monotonic()
         out = rollout.run(problems, seed=0)
@@ -202,3 +217,33 @@ def test_a_program_that_cannot_be_found_is_a_config_error(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match="distinct agent names"):
         make_env("graph", program="prog", agents=["a", "a"])
     assert make_env("graph", program="prog:run", agents=["a", "b"]).agents == ("a", "b")
+
+
+def test_local_rewards_are_mixed_with_the_outcome_per_agent(tmp_path):
+    """env.options.local_rewards: each agent's own reward, mixed by reward.team_weight / local_weight
+    as in the turn-based envs; a failed execution gets 0 and is not scored."""
+    out, _, _ = play(tmp_path, ["ok", "raises"], settings={"team_weight": 1.0, "local_weight": 0.5},
+                     wall_s=60.0, local_rewards="toy_graph_rewards:score")
+    got = {(e.episode_id, s.agent): (s.team_reward, s.local_reward, s.reward) for e in out.episodes for s in e.samples}
+    assert got == {
+        ("ok/graph0", "solver"): (1.0, 0.25, 1.125), ("ok/graph0", "verifier"): (1.0, 1.0, 1.5),  # right, said yes
+        ("ok/graph1", "solver"): (0.0, 0.25, 0.125), ("ok/graph1", "verifier"): (0.0, 0.0, 0.0),  # wrong, said yes
+        ("raises/graph0", "solver"): (0.0, 0.0, 0.0), ("raises/graph1", "solver"): (0.0, 0.0, 0.0)}
+    for e in out.episodes:
+        last = e.trajectory.steps[-1]
+        assert last.info["local_rewards"] == ({} if e.problem_id == "raises" else
+                                              {"verifier": float(e.episode_id.endswith("0")), "solver": 0.25})
+        assert [st.local_reward for st in e.trajectory.steps[:-1]] == [s.local_reward for s in e.samples]
+    with pytest.raises(RuntimeError, match="must return .agent: number. for agents among .'solver', 'verifier'."):
+        play(tmp_path, ["ok"], wall_s=60.0, local_rewards="toy_graph_rewards:bad")
+
+
+def test_local_rewards_need_agent_groups(tmp_path):
+    from pettingllms.cli.config_loading import load_config
+    from pettingllms.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="keep 'agent' in algorithm.group_by"):
+        load_config("graph_openai_math", ["model=tiny", "env.options.local_rewards=examples.openai_math.program:run",
+                                          "algorithm.group_by=[problem]"])
+    load_config("graph_openai_math", ["model=tiny", "env.options.local_rewards=examples.openai_math.program:run",
+                                      "algorithm.group_by=[problem]", "reward.local_weight=0"])

@@ -274,6 +274,12 @@ def _check_schedule(cfg: DictConfig) -> None:
     if (env == "graph") != (strategy == "graph"):
         raise ConfigError("env=graph and rollout=graph go together (K executions of your agent program "
                           f"per problem); got env.name={env}, rollout.strategy={strategy}")
+    if env == "graph" and (cfg.env.get("options") or {}).get("local_rewards") and float(cfg.reward.local_weight) \
+            and "agent" not in list(cfg.algorithm.group_by):
+        # a group's statistics count each execution once (one return per episode); with local
+        # rewards the agents of one execution have different returns
+        raise ConfigError("env.options.local_rewards gives each agent its own reward: keep 'agent' in "
+                          f"algorithm.group_by (got {list(cfg.algorithm.group_by)}) or set reward.local_weight=0")
 
 
 def check_values(cfg: DictConfig, checks: Optional[list[Callable[[DictConfig], None]]] = None) -> None:

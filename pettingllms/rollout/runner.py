@@ -27,6 +27,7 @@ from pettingllms.mas.budgets import MasBudgets
 from pettingllms.records import Batch, Episode, Sample, Step
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
 from pettingllms.rollout.strategies import Strategy, get_strategy
+from pettingllms.rollout.strategies.base import mixed_reward
 from pettingllms.utils.counters import counted
 from pettingllms.utils.seeding import sampling_seed as derive_seed
 from pettingllms.utils.vision import message_images
@@ -314,7 +315,7 @@ class Rollout:
             raise RuntimeError(f"env '{env.name}' failed stepping agent '{agent}' at turn {turn} "
                                f"of problem '{tr.problem_key}': {e!r}") from e
         return _Branch(env=env, result=result, team_reward=team, local_reward=local,
-                       reward=st.cfg.team_weight * team + st.cfg.local_weight * local)
+                       reward=mixed_reward(team, local, st.cfg.team_weight, st.cfg.local_weight))
 
 
 def check_outputs(requests: list[GenerationRequest], outputs: list[list[Completion]]) -> None:

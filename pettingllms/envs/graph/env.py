@@ -11,9 +11,21 @@ the grader.
 
 Grading is the MetaAgent-X env's: `task: math` judges the answer with math-verify against the
 gold answer (`\\boxed{}` or the last number), `task: code` by the hidden tests' pass ratio in the
-sandbox. Every call of an execution gets that execution's outcome as its reward; a program that
-raises, hangs past `wall_s`, goes over `max_calls` / `max_tokens`, or never calls the gateway
+sandbox. That outcome is the team reward of every call of the execution; a program that raises,
+hangs past `wall_s`, goes over `max_calls` / `max_tokens`, or never calls the gateway
 (`min_calls`) gets 0, with the reason and its traceback in the trajectory.
+
+Per-agent (local) rewards: `local_rewards: "pkg.module:function"` names a function, called in the
+trainer after each execution that ended well, as
+
+    local_rewards(problem, answer, outcome, calls) -> {agent: reward}
+
+`calls` lists the execution's model calls in order, each `{"agent", "index", "messages", "reply"}`
+(`reply`: the first completion's text, the one the program got with n=1). Agents it leaves out get
+0. Each call's samples then have the reward `reward.team_weight x outcome + reward.local_weight x
+their agent's reward`, the mix of the turn-based envs; a failed execution gets 0 for all.
+With local rewards the samples of one execution differ by agent, so `algorithm.group_by` must
+keep `agent` (a config check says so). The program itself stays unmodified.
 
 The program is trusted code (it is yours): it runs as a plain child process, not in the sandbox,
 so that it can reach the gateway. Model-written code is only ever run by the code grader, in the
@@ -45,6 +57,7 @@ class GraphOptions:
     min_calls: int = 1  # fewer calls than this: reward 0 (a program that never asked the models)
     workers: int = 4  # executions running at once
     wait_s: float = 0.05  # how long a request waits for others to share its engine batch
+    local_rewards: str = ""  # "pkg.module:function": each agent's own reward (see the module doc)
 
     def check(self) -> None:
         if not self.program or not isinstance(self.program, str):
@@ -56,6 +69,9 @@ class GraphOptions:
         if not self.agents or len(set(self.agents)) != len(self.agents) or not all(
                 isinstance(a, str) and a and "/" not in a for a in self.agents):
             raise ValueError(f"graph: env.options.agents must list distinct agent names, got {list(self.agents)}")
+        if self.local_rewards and program_spec(self.local_rewards.partition(":")[0]) is None:
+            raise ValueError(f"graph: local_rewards module {self.local_rewards.partition(':')[0]!r} not found "
+                             f"(searched the working directory {os.getcwd()} and sys.path)")
         if min(self.max_calls, self.max_tokens, self.workers) < 1 or self.wall_s <= 0 or self.min_calls < 0:
             raise ValueError("graph: max_calls, max_tokens, workers and wall_s must be positive")
 
@@ -82,12 +98,13 @@ class GraphEnv(MultiAgentEnv):
     def __init__(self, max_turns: int = 1, program: str = "", agents: Any = (), task: str = "math",
                  strict_boxed: bool = False, grader: dict[str, Any] | None = None, max_calls: int = 16,
                  max_tokens: int = 32768, wall_s: float = 120.0, min_calls: int = 1, workers: int = 4,
-                 wait_s: float = 0.05, **options: Any) -> None:
+                 wait_s: float = 0.05, local_rewards: str = "", **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)  # unknown options fail there
         self.opts = GraphOptions(program=program, agents=tuple(str(a) for a in agents), task=task,
                                  strict_boxed=bool(strict_boxed), grader=dict(grader or {}),
                                  max_calls=int(max_calls), max_tokens=int(max_tokens), wall_s=float(wall_s),
-                                 min_calls=int(min_calls), workers=int(workers), wait_s=float(wait_s))
+                                 min_calls=int(min_calls), workers=int(workers), wait_s=float(wait_s),
+                                 local_rewards=str(local_rewards or ""))
         self.opts.check()
         self.agents = self.opts.agents
         # the grader: MetaAgent-X's outcome grading (math-verify / hidden tests), reused as it is
@@ -105,6 +122,12 @@ class GraphEnv(MultiAgentEnv):
     def question(self) -> str:
         """The task as the grader states it (code tasks: with the signature to complete)."""
         return self._grader.question
+
+    @property
+    def program_problem(self) -> dict[str, Any]:
+        """The problem as the program (and local_rewards) get it: the dataset row, plus the task as
+        the grader states it under `task` (code: with the signature to complete)."""
+        return {"task": self.question, **self.problem}
 
     def grade(self, answer: Any) -> float:
         """Outcome in [0, 1] of a final answer; garbage and None give 0. Thread-safe."""

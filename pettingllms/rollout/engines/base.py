@@ -38,6 +38,11 @@ class GenerationRequest:
     policy: str = "default"  # which policy (model or adapter) generates
     params: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = ""
+    # set: the prompt's token ids, used instead of rendering `messages` (which then hold the same
+    # conversation as text). The graph gateway sets them for a chat that extends an earlier call,
+    # so that the earlier prompt and the ids the engine sampled stay as they were. Engines that
+    # only take messages (openai) refuse them.
+    prompt_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -85,7 +90,22 @@ class RolloutEngine(ABC):
 
 
 def prompt_ids(tok: Any, request: GenerationRequest, max_prompt_tokens: int) -> list[int]:
-    """The request's chat messages rendered by the model's chat template, as token ids (left-truncated)."""
+    """The request's prompt ids (left-truncated): its `prompt_ids` if set, else its chat messages
+    rendered by the model's chat template (`render_chat`) and tokenised."""
+    if request.prompt_ids is not None:
+        ids = [int(t) for t in request.prompt_ids]
+        if not ids:
+            raise ValueError(f"request {request.request_id!r} has empty prompt_ids")
+        return ids[-max_prompt_tokens:]
+    ids = tok(render_chat(tok, request), add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise ValueError(f"request {request.request_id!r} renders to an empty prompt")
+    return list(ids[-max_prompt_tokens:])  # keep the end: it holds the latest turn
+
+
+def render_chat(tok: Any, request: GenerationRequest) -> str:
+    """The request's chat messages as the prompt text the model reads: its chat template with the
+    generation prompt (a plain transcript for base models without one)."""
     messages = request.messages
     if not isinstance(messages, list) or not messages or not all(
             isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
@@ -102,14 +122,10 @@ def prompt_ids(tok: Any, request: GenerationRequest, max_prompt_tokens: int) -> 
                          "template has no enable_thinking switch (Qwen3-style templates do); leave it null")
     if tok.chat_template:
         extra = {} if thinking is None else {"enable_thinking": bool(thinking)}
-        text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True,
+        return tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True,
                                        **extra)
-    else:  # base models without a chat template: a plain transcript
-        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    if not ids:
-        raise ValueError(f"request {request.request_id!r} renders to an empty prompt")
-    return list(ids[-max_prompt_tokens:])  # keep the end: it holds the latest turn
+    # base models without a chat template: a plain transcript
+    return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
 
 
 def check_params(request: GenerationRequest) -> None:

@@ -327,6 +327,9 @@ class HFEngine(RolloutEngine):
             return {i: prompt_ids(slot.tokenizer, r, self.max_prompt_tokens) for i, r in requests.items()}, {}
         prompts, pixels = {}, {}
         for i, r in requests.items():
+            if r.prompt_ids is not None:  # ids given (a text chat extending an earlier call): no images
+                prompts[i], pixels[i] = prompt_ids(slot.tokenizer, r, self.max_prompt_tokens), ((), {})
+                continue
             ids, images, px = encode_prompt(slot.processor, r.messages, self.max_prompt_tokens, r.request_id)
             prompts[i], pixels[i] = ids, (tuple(image_hash(im) for im in images), px)
         return prompts, pixels

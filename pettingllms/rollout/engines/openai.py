@@ -105,6 +105,8 @@ class OpenAIEngine(RolloutEngine):
             check_params(r)
             if r.policy not in self.models:
                 raise ValueError(f"unknown policy {r.policy!r}; this engine serves {sorted(self.models)}")
+            if r.prompt_ids is not None:  # a chat-completions server renders the messages itself
+                raise ValueError(f"request {r.request_id!r}: rollout.engine=openai takes messages, not prompt_ids")
         call = self._calls
         self._calls += 1
         return list(self._pool.map(lambda ir: self._one(ir[1], ir[0], call), enumerate(requests)))

@@ -220,6 +220,9 @@ class VLLMEngine(RolloutEngine):
         except KeyError:
             raise ValueError(f"unknown policy {policy!r}; this engine serves {sorted(self._served)}") from None
 
+    def tokenizer(self, policy: str) -> Any:
+        return self._get(policy).tokenizer
+
     def update_weights(self, update: WeightUpdate) -> None:
         served = self._get(update.policy)
         self.wake_up()

@@ -9,6 +9,9 @@ execution has a request waiting (nothing else can arrive), or `wait_s` after the
 count `n`, extra stop strings and a lower token cap come from the request, so every sample's
 logprobs are those of the distribution the policy is trained under.
 
+A call that extends an earlier call of its agent (a chat loop resending the conversation) is sent
+as prompt ids that begin with that call's prompt and sampled reply ids (prefix.py).
+
 Budgets are per execution (calls, prompt + response tokens); a request over budget is refused
 and the execution is marked failed (its reward is 0; the runner then stops its process).
 An engine error fails the requests of that batch and is kept in `engine_error`: it is not the
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from pettingllms.rollout.engines.base import Completion, GenerationRequest, RolloutEngine, SamplingParams
+from pettingllms.rollout.graph.prefix import PrefixKeeper, Prompt
 from pettingllms.utils.seeding import sampling_seed
 
 MAX_N = 16  # completions one request may ask for
@@ -46,6 +50,8 @@ class Call:
     order: int  # position among all calls of the execution
     messages: list[dict[str, str]]
     completions: list[Completion]
+    prompt_text: str | None = None  # the prompt as text when its ids are exactly that text's (prefix.py)
+    extends: int | None = None  # the `order` of the earlier call whose ids this prompt begins with
 
 
 @dataclass
@@ -60,6 +66,8 @@ class Execution:
     reserved: int = 0  # calls accepted, answered or not
     tokens: int = 0
     error: str | None = None  # "budget: ..." once over a budget
+    prefix_kept: int = 0  # calls extending an earlier one that kept its ids (prefix.py)
+    prefix_misses: int = 0  # ... and that were rendered afresh
     closed: bool = False
     inflight: int = 0  # calls waiting on the engine now
     inflight_since: float = 0.0
@@ -78,6 +86,7 @@ class _Pending:
     index: int
     request: GenerationRequest
     future: Future
+    prompt: Prompt
 
 
 class CallBroker:
@@ -89,6 +98,7 @@ class CallBroker:
         self.agent_policy = dict(agent_policy)
         self.sampling = dict(sampling)
         self.wait_s = float(wait_s)
+        self.prefix = PrefixKeeper(engine)
         self.engine_error: BaseException | None = None
         self.batches: list[int] = []  # requests per engine call (metrics, tests)
         self._executions: dict[str, Execution] = {}
@@ -150,9 +160,16 @@ class CallBroker:
             order = ex.reserved
             ex.reserved += 1
             params = replace(params, seed=sampling_seed(ex.seed, ex.name, agent, index))
-            request = GenerationRequest(messages=messages, policy=self.agent_policy[agent], params=params,
-                                        request_id=f"{ex.name}/{agent}/c{index}")
-            item = _Pending(ex, agent, index, request, Future())
+            earlier = list(ex.calls)
+        request = GenerationRequest(messages=messages, policy=self.agent_policy[agent], params=params,
+                                    request_id=f"{ex.name}/{agent}/c{index}")
+        try:
+            prompt = self.prefix.prompt(earlier, agent, request)  # outside the lock: it tokenises
+        except ValueError as e:  # messages the model's template cannot render
+            raise GatewayError(400, "invalid_request_error", str(e)) from None
+        request.prompt_ids = prompt.ids
+        item = _Pending(ex, agent, index, request, Future(), prompt)
+        with self._cv:
             self._pending.append(item)
             if not ex.inflight:
                 ex.inflight_since = time.monotonic()
@@ -165,10 +182,14 @@ class CallBroker:
                 ex.inflight -= 1
                 if not ex.inflight:
                     ex.waited_s += time.monotonic() - ex.inflight_since
+        text = self.prefix.confirmed(prompt, request.policy, comps[0].prompt_ids)
         with self._cv:
             if ex.closed:
                 raise GatewayError(401, "invalid_api_key", "the execution ended while this call was answered")
-            ex.calls.append(Call(agent=agent, index=index, order=order, messages=messages, completions=comps))
+            ex.calls.append(Call(agent=agent, index=index, order=order, messages=messages, completions=comps,
+                                 prompt_text=text, extends=prompt.extends if prompt.kept else None))
+            ex.prefix_kept += prompt.kept is True
+            ex.prefix_misses += prompt.kept is False
             ex.tokens += len(comps[0].prompt_ids) + sum(len(c.response_ids) for c in comps)  # one prompt, n replies
             if ex.tokens > ex.max_tokens and not ex.error:
                 ex.error = f"budget: {ex.tokens} tokens (limit {ex.max_tokens})"

@@ -17,9 +17,12 @@ Records: one Episode per execution (`<problem>/graph<j>`). Every call's completi
 the agent that made the call, with `turn` = that agent's call index in the execution, so
 `algorithm.group_by` [problem, turn, agent] groups "the i-th call of agent a" across the k
 executions of a problem (flat rollout). Every sample of an execution has the execution's outcome as
-its reward (marked as an episode return: a group's statistics count each execution once). The
-trajectory has one step per call and a last `program` step with the answer, the error and the
-tail of the program's output.
+its team reward, and its agent's own reward (`env.options.local_rewards`, else 0) as its local
+reward, mixed by reward.team_weight / local_weight as in the turn-based envs (marked as an episode
+return: a group's statistics count each execution once). A call that extends an earlier call of
+its agent keeps that call's ids (prefix.py; `info["extends"]` names the call; metrics
+graph/prefix_kept and graph/prefix_misses). The trajectory has one step per call and a last
+`program` step with the answer, the error and the tail of the program's output.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -44,8 +47,10 @@ from pettingllms.envs.graph.env import GraphEnv, search_path
 from pettingllms.records import Batch, Episode, Sample, Step
 from pettingllms.rollout.engines.base import RolloutEngine
 from pettingllms.rollout.graph.broker import Call, CallBroker, Execution
+from pettingllms.rollout.graph.child import load_program
 from pettingllms.rollout.graph.gateway import Gateway
 from pettingllms.rollout.runner import RolloutSettings, checked_keys, derive_seed, reset_envs
+from pettingllms.rollout.strategies.base import mixed_reward
 from pettingllms.utils import counters
 from pettingllms.utils.counters import counted
 
@@ -66,7 +71,8 @@ def _graph_counts() -> dict[str, int]:
         return dict(_counts)
 
 
-# per-run metrics on Batch.counters: graph/runs (executions), graph/errors/<kind> (failed ones)
+# per-run metrics on Batch.counters: graph/runs (executions), graph/errors/<kind> (failed ones),
+# graph/prefix_kept and graph/prefix_misses (calls extending an earlier one: ids kept, or rendered afresh)
 counters.register("graph", _graph_counts, quiet_when_empty=True)
 
 
@@ -85,6 +91,7 @@ class ProgramRun:
     trace: str = ""  # the program's traceback, if it raised
     stdout: str = ""  # tails of what it printed
     stderr: str = ""
+    local: dict[str, float] = field(default_factory=dict)  # each agent's own reward (env.options.local_rewards)
 
 
 class GraphRollout:
@@ -123,6 +130,10 @@ class GraphRollout:
             raise RuntimeError(f"the engine failed while answering the graph program's calls: "
                                f"{broker.engine_error!r}") from broker.engine_error
         by_key = dict(envs)
+        if opts.local_rewards:
+            score = load_program(opts.local_rewards, search_path())
+            for r in results:
+                r.local = local_rewards(score, opts.local_rewards, by_key[r.key], r) if r.ok else {}
         return Batch(step=step, episodes=[self._episode(r, by_key[r.key]) for r in results])
 
     # ------------------------------------------------------------------ one execution
@@ -133,9 +144,7 @@ class GraphRollout:
         tmp = Path(tempfile.mkdtemp(prefix="plm-graph-"))
         start = time.monotonic()
         try:
-            # the dataset row, plus the task as the grader states it (code: the signature to complete)
-            problem = {"task": env.question, **env.problem}
-            spec = {"program": opts.program, "problem": problem, "url": gateway.url, "api_key": ex.token,
+            spec = {"program": opts.program, "problem": env.program_problem, "url": gateway.url, "api_key": ex.token,
                     "agents": list(opts.agents), "result": str(tmp / "result.json"), "search": search_path(),
                     "parent": os.getpid(),
                     "timeout_s": opts.wall_s}
@@ -159,6 +168,8 @@ class GraphRollout:
             error = f"no_calls: the program made {len(calls)} model call(s) (env.options.min_calls={opts.min_calls})"
         with _counts_lock:
             _counts["runs"] += 1
+            _counts["prefix_kept"] += ex.prefix_kept
+            _counts["prefix_misses"] += ex.prefix_misses
             if error is not None:
                 _counts[f"errors/{error.split(':', 1)[0]}"] += 1
         answer = report.get("answer") if error is None else None
@@ -171,9 +182,12 @@ class GraphRollout:
     def _episode(self, r: ProgramRun, env: GraphEnv) -> Episode:
         episode = Episode(problem_id=r.key, episode_id=f"{r.key}/graph{r.index}", env=env.name,
                           problem=dict(env.problem))
-        group_by = self.settings.group_by
+        group_by, st = self.settings.group_by, self.settings
         for c in r.calls:
             policy = self.agent_policy[c.agent]
+            local = r.local.get(c.agent, 0.0)
+            reward = mixed_reward(r.outcome, local, st.team_weight, st.local_weight)
+            kept = {} if c.extends is None else {"extends": c.extends}  # its prompt begins with that call's ids
             for i, comp in enumerate(c.completions):
                 episode.samples.append(Sample(
                     agent=c.agent, turn=c.index, problem_id=r.key, episode_id=episode.episode_id,
@@ -181,21 +195,36 @@ class GraphRollout:
                     logprobs=list(comp.logprobs), text=comp.text, finish_reason=comp.finish_reason,
                     policy=policy, candidate=i, committed=i == 0,
                     group_key=group_key(r.key, c.index, c.agent, group_by),
-                    team_reward=r.outcome, local_reward=0.0, reward=r.outcome,
-                    info={"call": c.order, "execution": r.index, EPISODE_RETURN_KEY: True}))
+                    team_reward=r.outcome, local_reward=local, reward=reward,
+                    info={"call": c.order, "execution": r.index, EPISODE_RETURN_KEY: True, **kept}))
             episode.trajectory.steps.append(Step(
                 agent=c.agent, turn=c.index, action=c.completions[0].text if c.completions else "",
-                local_reward=0.0, team_reward=r.outcome,
-                info={"call": c.order, "messages": c.messages, "n": len(c.completions)}))
+                local_reward=local, team_reward=r.outcome,
+                info={"call": c.order, "messages": c.messages, "n": len(c.completions), **kept}))
         episode.trajectory.steps.append(Step(
             agent=PROGRAM_STEP, turn=len(r.calls), action=str(r.answer if r.ok else r.error),
             local_reward=0.0, team_reward=r.outcome,
             info={"ok": r.ok, "error": r.error, "answer": r.answer, "calls": len(r.calls), "tokens": r.tokens,
+                  "local_rewards": dict(r.local),
                   "wall_s": round(r.wall_s, 3), "trace": r.trace, "stdout": r.stdout, "stderr": r.stderr}))
         episode.trajectory.team_reward = r.outcome
         episode.trajectory.success = r.outcome >= 1.0
         episode.trajectory.num_turns = 1
         return episode
+
+
+def local_rewards(score: Callable[..., Any], name: str, env: GraphEnv, r: ProgramRun) -> dict[str, float]:
+    """The user's per-agent rewards of one execution that ended well (GraphEnv's doc has the contract).
+    A bad return is a bug in the trainer's own grading, not the program's: it fails the run."""
+    calls = [{"agent": c.agent, "index": c.index, "messages": c.messages,
+              "reply": c.completions[0].text if c.completions else ""} for c in r.calls]
+    got = score(env.program_problem, r.answer, r.outcome, calls)
+    agents = set(env.opts.agents)
+    if not isinstance(got, Mapping) or not set(got) <= agents or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in got.values()):
+        raise RuntimeError(f"env.options.local_rewards={name} must return {{agent: number}} for agents "
+                           f"among {sorted(agents)}; for {r.key}/graph{r.index} it returned {got!r}")
+    return {str(a): float(v) for a, v in got.items()}
 
 
 def _run_child(cmd: list[str], env: dict[str, str], ex: Execution, wall_s: float) -> tuple[int | str, str, str]:

@@ -14,6 +14,12 @@ from pettingllms.envs.base import MultiAgentEnv
 from pettingllms.records import Episode
 
 
+def mixed_reward(team: float, local: float, team_weight: float, local_weight: float) -> float:
+    """A sample's reward from its parts: reward.team_weight x the team's reward + reward.local_weight x
+    the acting agent's own (local) reward (config/schema.py RewardConfig)."""
+    return team_weight * float(team) + local_weight * float(local)
+
+
 class Strategy(ABC):
     name: str = ""
 

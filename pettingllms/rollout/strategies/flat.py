@@ -19,14 +19,14 @@ import random
 from pettingllms.algorithms.advantages import EPISODE_RETURN_KEY
 from pettingllms.envs.base import MultiAgentEnv
 from pettingllms.records import Episode
-from pettingllms.rollout.strategies.base import Strategy
+from pettingllms.rollout.strategies.base import Strategy, mixed_reward
 
 
 def episode_return(episode: Episode, team_weight: float, local_weight: float) -> float:
     traj = episode.trajectory
     locals_ = [float(st.local_reward) for st in traj.steps]
     local = sum(locals_) / len(locals_) if locals_ else 0.0
-    return team_weight * float(traj.team_reward) + local_weight * local
+    return mixed_reward(traj.team_reward, local, team_weight, local_weight)
 
 
 class FlatStrategy(Strategy):
