@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from browser_helpers import CHROMIUM, DRIVER, ask_the_math_example, chromium
 from net_helpers import free_port
 
 pytest.importorskip("vllm")
@@ -68,7 +69,11 @@ def test_demo_answers_through_a_started_vllm_server_and_leaves_nothing_behind(tm
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_stopping_serve_ui_stops_the_server_and_its_engine(tmp_path):
+def test_serve_ui_answers_in_the_browser_through_its_server_and_stops_it(tmp_path):
+    """serve_ui.sh with START_VLLM=true: the page in headless chromium names the started server as
+    its engine and answers the math example through it (the server's log shows the requests);
+    stopping the script (TERM to it alone, as a service manager would) stops the server and its
+    engine-core process. Without chromium the browser part is skipped, not the stop."""
     port, ui_port = free_port(), free_port()
     log = open(tmp_path / "ui.log", "w")
     proc = subprocess.Popen(["bash", "scripts/evaluate/autoevol/serve_ui.sh", *UI_ARGS], cwd=ROOT,
@@ -88,6 +93,14 @@ def test_stopping_serve_ui_stops_the_server_and_its_engine(tmp_path):
             pytest.fail("the demo did not come up: " + (tmp_path / "ui.log").read_text()[-3000:])
         procs = _server_procs(port)
         assert len(procs) >= 2, procs  # the API server and its engine-core process
+        if CHROMIUM and DRIVER:
+            from selenium.webdriver.common.by import By
+
+            with chromium(tmp_path) as driver:
+                ask_the_math_example(driver, ui_port, "tiny:ui", timeout=300)
+                shown = driver.find_element(By.ID, "model").text
+            assert f"engine: openai at http://127.0.0.1:{port}/v1" in shown, shown
+            assert "POST /v1/" in (tmp_path / "vllm.log").read_text()  # the server did the generating
         proc.send_signal(signal.SIGTERM)  # the script alone, as a service manager would
         proc.wait(timeout=60)
         assert _gone(procs, 30) == []

@@ -58,7 +58,9 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
                          seed=int(cfg.seed), progress=progress, weights=weights.note)
 
     demo = demo_config(cfg)
-    info = {"designer": demo.base, "executor": demo.base, "weights": weights.note, "engine": demo.engine,
+    # the page names the engine, and for a server its address: which process answers is visible
+    engine_name = demo.engine + (f" at {cfg.rollout.openai.base_url}" if demo.engine == "openai" else "")
+    info = {"designer": demo.base, "executor": demo.base, "weights": weights.note, "engine": engine_name,
             "sandbox": backend.kind + (f" ({backend.confinement})" if backend.confinement else "")
             + (" (weaker: " + "; ".join(backend.weaker) + ")" if backend.weaker else "")}
     return run, info, engine.close
