@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from ci_budget import all_paths_only
 from net_helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +50,7 @@ pytestmark = pytest.mark.slow
 # again: the engine against a real vLLM server is tests/test_engine_openai.py, the demo through a
 # started server tests/test_vllm_server.py. evaluate[vllm] (73 s) too: the seeded batch that
 # outgrows one vLLM step is tests/test_engine_vllm.py's regression test.
-ALL_PATHS = os.environ.get("PETTINGLLMS_ALL_PATHS") == "1"
-_ALL_ONLY = pytest.mark.skipif(not ALL_PATHS, reason="costly path case: PETTINGLLMS_ALL_PATHS=1 runs it")
+_ALL_ONLY = all_paths_only("a path case")
 
 
 def _env(**extra) -> dict:

@@ -3,6 +3,7 @@ chromium (selenium) against the server on the tiny model."""
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from browser_helpers import ask_the_math_example, chromium, needs_chromium
+from ci_budget import all_paths_only
 from cold_start import make_cold_start
 from fakes import ScriptedEngine
 from net_helpers import free_port
@@ -20,6 +22,7 @@ from pettingllms.mas.run import run_query
 from pettingllms.ui.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
 DESIGN = '''```python
 from pettingllms.mas.dsl import *
 workflow = Ensemble([Agent("solver", "Solve."), Agent("solver", "Solve.")], Agent("judge", "Pick."))
@@ -112,12 +115,14 @@ def _raw_get(port: int, path: str) -> int:
 
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, request):
+    """serve_ui.sh on ENGINE=request.param (default hf); yields (port, engine)."""
+    engine = getattr(request, "param", "hf")
     # a cold start where the recipe writes it (under trainer.output_dir): the demo must pick it up
     make_cold_start(tmp_path / "outputs", "tiny:ui")
     port = free_port()
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "RUNS_DIR": str(tmp_path / "runs"),
-           "PYTHON": sys.executable, "ENGINE": "hf", "MODEL": "tiny:ui",
+           "PYTHON": sys.executable, "ENGINE": engine, "MODEL": "tiny:ui",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": "1"}
     cmd = ["bash", "scripts/evaluate/autoevol/serve_ui.sh", "model=tiny", "model.path=tiny:ui",
@@ -127,7 +132,7 @@ def server(tmp_path):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + (120 if engine == "hf" else 400)  # vLLM's CPU start-up: 1-2 min
         while time.time() < deadline:
             assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
             try:
@@ -135,7 +140,7 @@ def server(tmp_path):
                     break
             except OSError:
                 time.sleep(0.5)
-        yield port
+        yield port, engine
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 15)
@@ -143,18 +148,23 @@ def server(tmp_path):
         log.close()
 
 
+# vllm: the engine serve_ui.sh runs by default on a CPU with vLLM installed (in-process). Gated: its
+# start-up adds ~1-2 min; CI asks the page through a started vLLM server in test_vllm_server.py.
 @needs_chromium
+@pytest.mark.parametrize("server", ["hf", pytest.param("vllm", marks=[
+    pytest.mark.slow, pytest.mark.skipif(not HAS_VLLM, reason="vllm not installed"),
+    all_paths_only("vLLM's start-up, ~1-2 min")])], indirect=True)
 def test_page_in_headless_chromium(server, tmp_path):
     from selenium.webdriver.common.by import By
 
-    port = server
+    port, engine = server
     assert _raw_get(port, "/runs/../../etc/passwd") in (400, 404)
     assert _raw_get(port, "/runs/%2e%2e/%2e%2e/etc/passwd") in (400, 404)
     with chromium(tmp_path) as driver:
         ask_the_math_example(driver, port, "tiny:ui", timeout=240)
         shown = driver.find_element(By.ID, "model").text
         weights = f"weights: cold-start checkpoint {tmp_path / 'outputs' / 'autoevol_sft' / 'cold'}"
-        assert weights in shown and "engine: hf" in shown  # the page says which weights and engine run
+        assert weights in shown and f"engine: {engine}" in shown  # the page says which weights and engine run
         # the tiny model's own design fails; the labelled fallback ensemble ran: 3 solvers in one
         # batch, then the aggregator
         driver.find_element(By.CSS_SELECTOR, "label[for=mx-t5]").click()  # Attempts
