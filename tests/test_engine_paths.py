@@ -51,8 +51,9 @@ pytestmark = pytest.mark.slow
 # started server tests/test_vllm_server.py. evaluate[vllm] (73 s) too: the seeded batch that
 # outgrows one vLLM step is tests/test_engine_vllm.py's regression test.
 # One PETTINGLLMS_ALL_PATHS=1 run pinned to one core (taskset -c 0, 2-core AVX2 box, fp32, 2026-12-07):
-# at a 1-min load of 2-4, train[hf-ray] 5.5 min (start ~55 s, step 72 s, held-out evaluation 184 s),
-# train[vllm-local] 5.8 min (step 77 s, evaluation 245 s), evaluate[hf] 131 s, evaluate[vllm] 208 s,
+# at a 1-min load of 2-4, train[hf-ray] 313 s (start ~55 s, step 72 s, held-out evaluation 184 s),
+# train[vllm-local] 349 s (step 77 s, evaluation 245 s), train[vllm-ray] 536 s (step 82 s, evaluation
+# 407 s), evaluate[hf] 131 s, evaluate[vllm] 208 s,
 # mas[hf] 37 s, mas[vllm] 36 s, mas[openai] 71 s; the held-out evaluation is most of a training case.
 # At a load of 12-17 the three training cases ran out of their 880 s in that evaluation.
 _ALL_ONLY = all_paths_only("a path case")
