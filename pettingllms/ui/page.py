@@ -49,7 +49,8 @@ $("example-math").onclick = () => { $("question").value = EXAMPLES.math; };
 $("example-code").onclick = () => { $("question").value = EXAMPLES.code; };
 fetch("/api/health").then(r => r.json()).then(h => {
   $("model").textContent = "designer: " + h.designer + " · executor: " + h.executor +
-    " · sandbox: " + h.sandbox + (h.weights ? " · weights: " + h.weights : "");
+    (h.engine ? " · engine: " + h.engine : "") + " · sandbox: " + h.sandbox +
+    (h.weights ? " · weights: " + h.weights : "");
 });
 function describe(p) {
   if (!p) return "working";

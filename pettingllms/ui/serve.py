@@ -9,7 +9,8 @@ The model and engine come from the experiment config (`model.path`, `rollout.eng
 MetaAgent-X cold start when one was made on that model, else the base model; designer and
 executor are one shared policy or one policy each), and `mas.*` sets budgets, attempts and
 sampling. scripts/evaluate/autoevol/serve_ui.sh picks the
-engine (a running OpenAI-compatible server, `vllm serve`, or the in-process HF engine).
+engine (a running OpenAI-compatible server, a vLLM server it starts, or the in-process vLLM or HF
+engine); /api/health and the page name it.
 The server binds HOST=127.0.0.1 by default; any other HOST needs a token on every request
 (DEMO_TOKEN, or a fresh one printed in the address; docs/security.md).
 """
@@ -58,7 +59,9 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
                          seed=int(cfg.seed), progress=progress, weights=weights.note)
 
     demo = demo_config(cfg)
-    info = {"designer": demo.base, "executor": demo.base, "weights": weights.note, "engine": demo.engine,
+    # the page names the engine, and for a server its address: which process answers is visible
+    engine_name = demo.engine + (f" at {cfg.rollout.openai.base_url}" if demo.engine == "openai" else "")
+    info = {"designer": demo.base, "executor": demo.base, "weights": weights.note, "engine": engine_name,
             "sandbox": backend.kind + (f" ({backend.confinement})" if backend.confinement else "")
             + (" (weaker: " + "; ".join(backend.weaker) + ")" if backend.weaker else "")}
     return run, info, engine.close
