@@ -249,11 +249,14 @@ class DemoConfig:
     checkpoint: str  # mas.checkpoint: auto | none | a run folder or checkpoint
     output_dir: str  # trainer.output_dir, where `auto` looks for cold starts
     engine: str  # rollout.engine
+    server: str = ""  # rollout.openai.base_url where the engine is a server (openai), else ""
 
 
 def demo_config(cfg: DictConfig) -> DemoConfig:
+    engine = str(cfg.rollout.engine)
+    server = str(cfg.rollout.openai.base_url) if engine == "openai" else ""
     return DemoConfig(base=str(cfg.model.path), checkpoint=str(cfg.mas.checkpoint).strip(),
-                      output_dir=str(cfg.trainer.output_dir), engine=str(cfg.rollout.engine))
+                      output_dir=str(cfg.trainer.output_dir), engine=engine, server=server)
 
 
 def prompt_limit(cfg: DictConfig) -> int:

@@ -60,7 +60,7 @@ def query_runner(cfg: DictConfig) -> tuple[Callable, dict, Callable[[], None]]:
 
     demo = demo_config(cfg)
     # the page names the engine, and for a server its address: which process answers is visible
-    engine_name = demo.engine + (f" at {cfg.rollout.openai.base_url}" if demo.engine == "openai" else "")
+    engine_name = demo.engine + (f" at {demo.server}" if demo.server else "")
     info = {"designer": demo.base, "executor": demo.base, "weights": weights.note, "engine": engine_name,
             "sandbox": backend.kind + (f" ({backend.confinement})" if backend.confinement else "")
             + (" (weaker: " + "; ".join(backend.weaker) + ")" if backend.weaker else "")}
