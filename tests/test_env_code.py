@@ -255,15 +255,19 @@ def test_verification_keeps_tests_the_reference_passes_and_a_no_op_fails():
 
 @pytest.mark.slow
 def test_doing_nothing_scores_zero_on_every_humaneval_problem():
-    """The whole HumanEval build (references and no-op checked in the sandbox), then `pass`
-    scored by the env on all 164 problems. (A second no-op such as `x = 1` would run the same
+    """The HumanEval build (references and no-op checked in the sandbox), then `pass` scored by
+    the env. All 164 problems with PETTINGLLMS_ALL_PATHS=1; every fourth in CI (all 164 took 106 s
+    on a 2-core AVX2 box, CI's budget). (A second no-op such as `x = 1` would run the same
     program shape: the starter's docstring-only function, then one top-level statement.)"""
     from concurrent.futures import ThreadPoolExecutor
 
-    rows = humaneval_rows()
+    from ci_budget import ALL_PATHS
+
+    every = humaneval_rows()
+    assert len(every) == 164
+    rows = every if ALL_PATHS else every[::4]
     report = verify_function_rows(rows)
     assert report["ref_failed_tests"] == 0 and report["dropped_rows"] == [], report
-    assert len(rows) == 164
 
     def score(row):
         env = make_env("code", test_wall_s=5.0)

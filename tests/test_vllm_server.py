@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from browser_helpers import CHROMIUM, DRIVER, ask_the_math_example, chromium
+from ci_budget import all_paths_only
 from net_helpers import free_port
 
 pytest.importorskip("vllm")
@@ -56,6 +57,8 @@ def _gone(procs, timeout: float) -> list:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@all_paths_only("~70 s: a vLLM server's start and a demo query; in CI serve_ui.sh's browser case "
+                "below starts the same server, answers through it and checks nothing is left")
 def test_demo_answers_through_a_started_vllm_server_and_leaves_nothing_behind(tmp_path):
     """serve_demo.sh: server up, one MetaAgent-X query (design + execution) through it, exit 0,
     and the server with its engine process gone when the script ends."""
