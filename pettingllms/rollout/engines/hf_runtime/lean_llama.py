@@ -148,6 +148,8 @@ class LeanLlama:
         if self.f32 is not None:
             self.gemm = self.f32
         self.ops = self.kernel if self.kernel is not None else _F32Ops(self.f32)  # the decode ops, by name
+        self.attention_ok = (cpu_kernels.attention_takes(self.head_dim) if self.kernel is not None
+                             else avx2_kernels.attention_takes(self.head_dim))  # the decode-attention kernel's sizes
         self._no_mask = torch.empty(0, dtype=torch.bool)
 
     def _build(self) -> None:
@@ -234,8 +236,7 @@ class LeanLlama:
         # attention's key mask is [B, L] bool, or empty for "attend to all".
         fused = length == 1 and ((self.kernel is not None and x.dtype == torch.bfloat16)
                                  or (self.f32 is not None and x.dtype == torch.float32))
-        attention_ok = cpu_kernels.attention_takes(d) if self.kernel is not None else avx2_kernels.attention_takes(d)
-        fused_attention = fused and attention_ok
+        fused_attention = fused and self.attention_ok
         ops = self.ops
         # held bf16 weights: a prefill's products in fp32 on the model's weights (the phase, not the
         # row count, picks the path, so a row's numbers do not depend on what shares its batch)
