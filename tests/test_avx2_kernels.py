@@ -29,7 +29,7 @@ def bound(x: torch.Tensor, w: torch.Tensor, want: torch.Tensor, out: torch.dtype
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 16])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 13, 16])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_gemm_matches_a_float64_reference(rows, dtype) -> None:
     gen = torch.Generator().manual_seed(rows)
@@ -51,6 +51,21 @@ def test_gemm_matches_a_float64_reference(rows, dtype) -> None:
                 assert got.dtype == dtype and got.shape == (rows, n)
                 err = (got.double() - want).abs()
                 assert bool((err <= bound(x, w, want, dtype)).all()), f"worst error {float(err.max())}"
+
+
+@needs_kernel
+def test_a_rows_numbers_do_not_depend_on_its_batch() -> None:
+    """Whatever tile a row lands in (2 to 16 rows: tiles of up to six, split evenly), its sums run in
+    the same order, so a row's numbers are the same in every batch of two or more (sampling stays
+    reproducible as rows finish and leave). One row alone takes the one-row tile, whose two FMA
+    chains a block sum the pairs' halves apart: the last bit may differ there."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(70, 96, generator=gen).to(torch.bfloat16)
+    packed = avx2_kernels.pack(KERNEL, [w])
+    x = torch.randn(17, 96, generator=gen)
+    pairs = torch.cat([avx2_kernels.gemm(KERNEL, x[i:i + 2], packed, 70, None)[:1] for i in range(16)])
+    for rows in range(2, 17):
+        assert torch.equal(avx2_kernels.gemm(KERNEL, x[:rows], packed, 70, None), pairs[:rows]), rows
 
 
 @needs_kernel
@@ -192,6 +207,12 @@ def test_a_bf16_valued_fp32_model_is_held_in_bf16(monkeypatch) -> None:
     got = run(held.forward, model, [9, 5, 2], steps=3)
     assert all(held.layers[0][i].held for i in (1, 2, 4, 5)) and held.head.held
     assert held.layers[0][1].pairs.dtype == torch.bfloat16 and held.layers[0][1].weight is None
+    # a decode step's layers in one call (decode_layers_f32) give the per-layer loop's numbers exactly
+    one_call, held.step_args = held.step_args, None
+    assert one_call is not None
+    per_layer = run(held.forward, model, [9, 5, 2], steps=3)
+    held.step_args = one_call
+    assert all(torch.equal(g, p) for g, p in zip(got, per_layer))
     want = run(plain.forward, model, [9, 5, 2], steps=3)
     for g, w in zip(got, want):  # a wrong weight, offset or cache column is O(1)
         torch.testing.assert_close(g, w, rtol=0, atol=1e-4 * float(w.abs().max()))

@@ -180,7 +180,7 @@ static void gemm_one_row(int nv, const float* x, int64_t k, const uint16_t* w, i
 
 // x [M, K] bf16 or fp32 (K even) times the n-column weight packed by pack_pairs, plus bias (fp32
 // [n] or empty) -> [M, n] in x's dtype. Threads take 32 columns each; within them one row goes
-// over four blocks at a time, more rows six at a time over two blocks.
+// over four blocks at a time, more rows up to six at a time over two blocks.
 torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Tensor bias) {
   const int64_t rows = x.size(0), k = x.size(1), blocks = packed.size(0), bs = (k / 2) * 16;
   const bool bf16_out = x.scalar_type() == at::kBFloat16;
@@ -198,15 +198,18 @@ torch::Tensor gemm_packed(torch::Tensor x, torch::Tensor packed, int64_t n, torc
         gemm_one_row(int(nv), xp, k, wp + b * bs, bs, bp, b * 8, n, op, bf16_out);
         continue;
       }
-      for (int64_t m0 = 0; m0 < rows; m0 += 6) {
-        const int mr = int(std::min<int64_t>(6, rows - m0));
+      // rows in tiles of at most six, as even as they come (13 rows: 5 + 4 + 4, not 6 + 6 + 1): a tile
+      // of under four rows waits on its FMA chains rather than on the FMA units
+      const int64_t tiles = (rows + 5) / 6;
+      for (int64_t t = 0, m0 = 0, mr = 0; t < tiles; ++t, m0 += mr) {
+        mr = rows / tiles + (t < rows % tiles ? 1 : 0);
         for (int64_t v0 = 0; v0 < nv; v0 += 2) {
           const int pair = int(std::min<int64_t>(2, nv - v0));
           const float* xm = xp + m0 * k;
           const uint16_t* wb = wp + (b + v0) * bs;
           void* om = op + m0 * n * esize;
           const int64_t col = (b + v0) * 8;
-          switch (mr) {
+          switch (int(mr)) {
             case 1: gemm_rows<1>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
             case 2: gemm_rows<2>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
             case 3: gemm_rows<3>(pair, xm, k, wb, bs, bp, col, n, om, bf16_out); break;
@@ -401,4 +404,34 @@ torch::Tensor decode_attention_f32(torch::Tensor q, torch::Tensor k, torch::Tens
     }
   });
   return out;
+}
+
+// One decode step through every layer, fp32 with bf16-held GEMM weights: what the lean forward's
+// per-layer loop computes with the five ops above, in one call instead of a dozen a layer (at one
+// row the calls' own cost was a tenth of the step). x [B, H] is the step's embedded rows (not
+// changed); `layers` holds ten tensors a layer (norm1, qkv, qkv bias, o, o bias, norm2, gate/up,
+// gate/up bias, down, down bias: packed weights as pack_pairs makes them, biases fp32 or empty),
+// `columns` four a layer (the products' widths), `scales` one (the attention scale). kbufs, vbufs:
+// each layer's cache buffers [B, KVH, C, D]; this step's keys and values go to column `col`, and
+// the attention reads columns 0..col. cos, sin [B, D]; key_mask as decode_attention_f32's.
+// Returns the rows after the last layer [B, H] (before the final norm).
+torch::Tensor decode_layers_f32(torch::Tensor x, std::vector<torch::Tensor> layers, std::vector<int64_t> columns,
+                                std::vector<double> scales, std::vector<torch::Tensor> kbufs,
+                                std::vector<torch::Tensor> vbufs, int64_t col, torch::Tensor cos, torch::Tensor sin,
+                                torch::Tensor key_mask, int64_t heads, int64_t kv_heads, double eps) {
+  const int64_t n = int64_t(scales.size()), batch = x.size(0);
+  TORCH_CHECK(int64_t(layers.size()) == 10 * n && int64_t(columns.size()) == 4 * n && int64_t(kbufs.size()) == n &&
+                  int64_t(vbufs.size()) == n, "decode_layers_f32: ten tensors, four widths and one cache a layer");
+  torch::Tensor h = x.clone();
+  for (int64_t i = 0; i < n; ++i) {
+    const torch::Tensor* t = layers.data() + 10 * i;
+    const int64_t* width = columns.data() + 4 * i;
+    const torch::Tensor qkv = gemm_packed(rms_norm_f32(h, t[0], eps), t[1], width[0], t[2]);
+    const torch::Tensor q = rope_decode_f32(qkv, cos, sin, heads, kv_heads, kbufs[i], vbufs[i], col);
+    const torch::Tensor a = decode_attention_f32(q, kbufs[i].narrow(2, 0, col + 1), vbufs[i].narrow(2, 0, col + 1),
+                                                 key_mask, scales[i]);
+    h.add_(gemm_packed(a.view({batch, -1}), t[3], width[1], t[4]));
+    h.add_(gemm_packed(silu_mul_f32(gemm_packed(rms_norm_f32(h, t[5], eps), t[6], width[2], t[7])), t[8], width[3], t[9]));
+  }
+  return h;
 }

@@ -14,7 +14,7 @@ weight on its own. This forward runs the same ops on the model's own weights wit
 * a float32 model on a CPU without bf16 arithmetic whose weights are all bf16 values (a bf16
   checkpoint loaded as float32, as `model.dtype=auto` loads it there): its GEMM weights held in
   bf16 for the AVX2 GEMM (half the bytes a decode step streams; products and sums in fp32) and the
-  other decode ops in fp32 C++ (`avx2_kernels`' fp32 set). Decided once, when the forward is made: after
+  other decode ops in fp32 C++ (`avx2_kernels`' fp32 set; a decode step's layers in one call). Decided once, when the forward is made: after
   a weight update the engine samples from the policy's weights rounded to bf16, as a bf16 engine
   does (the trainer computes its own log-probs); `rollout.engine_options.cpu_kernels=false` keeps
   every product in fp32;
@@ -170,6 +170,15 @@ class LeanLlama:
         self.norm = m.model.norm.weight
         self.embed = m.model.embed_tokens.weight
         self.head = _Linear([m.lm_head.weight], [getattr(m.lm_head, "bias", None)], k, held)
+        # a decode step's layers in one call (the fp32 set's decode_layers_f32): its arguments, made once
+        self.step_args = None
+        if held and self.attention_ok and all(layer[j].held for layer in self.layers for j in (1, 2, 4, 5)):
+            tensors, widths = [], []
+            for norm1, qkv, out, norm2, gate_up, down, _ in self.layers:
+                tensors += [norm1, qkv.pairs, qkv.kernel_bias, out.pairs, out.kernel_bias, norm2, gate_up.pairs,
+                            gate_up.kernel_bias, down.pairs, down.kernel_bias]
+                widths += [qkv.columns, out.columns, gate_up.columns, down.columns]
+            self.step_args = (tensors, widths, [layer[6] for layer in self.layers])
         self.inv_freq = m.model.rotary_emb.inv_freq.float()
         self.rope_scale = float(m.model.rotary_emb.attention_scaling)
 
@@ -220,6 +229,22 @@ class LeanLlama:
         # A padding query sees no key: let it see all, so the kernel stays finite (its output is unused).
         return allowed | ~allowed.any(-1, keepdim=True)
 
+    def _decode_layers(self, x: torch.Tensor, cache: Any, cos: torch.Tensor, sin: torch.Tensor,
+                       key_mask: torch.Tensor) -> torch.Tensor:
+        """Every layer of a decode step in one C++ call (held bf16 weights, fp32 ops): each cache layer
+        makes room for this step's column first, as the per-layer loop does."""
+        kbufs, vbufs, cols = [], [], set()
+        for layer in cache.layers:
+            kbuf, vbuf, col = layer.append_column()
+            kbufs.append(kbuf)
+            vbufs.append(vbuf)
+            cols.add(col)
+        if len(cols) != 1:
+            raise RuntimeError(f"cache layers hold different lengths {sorted(cols)}")
+        tensors, widths, scales = self.step_args
+        return self.f32.decode_layers_f32(x, tensors, widths, scales, kbufs, vbufs, cols.pop(), cos, sin, key_mask,
+                                          self.heads, self.kv_heads, self.eps)
+
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         self._refresh()
@@ -246,6 +271,10 @@ class LeanLlama:
         if fused_attention:
             cos_rows, sin_rows = cos.view(b, d), sin.view(b, d)
         half, rotated = d // 2, (heads + kv_heads) * d
+        if fused_attention and self.step_args is not None and all(
+                isinstance(layer, BufferedLayer) and layer.is_initialized for layer in cache.layers):
+            x = self._decode_layers(x.view(b, -1), cache, cos_rows, sin_rows, key_mask).view(b, 1, -1)
+            return self.head(rms(x, self.norm))[:, -1].float()
         for i, (norm1, qkv, out, norm2, gate_up, down, scaling) in enumerate(self.layers):
             y = product(qkv, rms(x, norm1))
             layer = cache.layers[i]
