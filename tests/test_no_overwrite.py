@@ -90,6 +90,25 @@ def test_missing_dataset_is_built_elsewhere_and_moved_into_place(tmp_path, monke
     assert len(calls) == 1  # complete: never rebuilt
 
 
+def test_a_dataset_another_process_finished_first_is_used_not_an_error(tmp_path, monkeypatch):
+    """Two runs (or two test workers) build the same missing dataset at once: the one whose move
+    comes second finds the folder complete and uses it; its own copy goes."""
+    calls: list[Path] = []
+    module = _fake_builder(monkeypatch, calls)
+    build = module.build
+
+    def build_while_another_finishes(out, seed=0, offline=None):
+        report = build(out, seed)
+        build(tmp_path / "toy", seed)  # the other process's build lands first
+        (tmp_path / "toy" / "build.json").write_text("{}")
+        return report
+    module.build = build_while_another_finishes
+    out = ensure_dataset("toy", tmp_path, builder="fake_data_builder")
+    assert out == tmp_path / "toy" and len(calls) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy"]  # no temporary folder left
+    assert (out / "build.json").read_text() == "{}"  # theirs, not replaced
+
+
 def test_a_folder_built_by_an_older_data_version_is_kept_and_named(tmp_path, monkeypatch, caplog):
     calls: list[Path] = []
     module = _fake_builder(monkeypatch, calls)

@@ -116,9 +116,17 @@ def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, se
         report = module.build(tmp / data_name, seed=seed)
         write_atomic(tmp / data_name / BUILD_RECORD, json.dumps(
             {"version": data_version(module, data_name), "seed": seed, "report": report}, default=str, indent=1))
-        if out.is_dir():
-            out.rmdir()  # empty (checked above); a non-empty folder makes rename fail, never replaced
-        (tmp / data_name).rename(out)
+        try:
+            if out.is_dir():
+                out.rmdir()  # empty (checked above); a non-empty folder makes rename fail, never replaced
+            (tmp / data_name).rename(out)
+        except OSError:
+            # another process built the same folder meanwhile (two runs, or two test workers, at once):
+            # keep theirs, complete; anything else is still an error
+            if not all((out / f"{s}.parquet").exists() for s in SPLITS):
+                raise
+            log.info("dataset %s was built by another process meanwhile; using it", data_name)
+            return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("built dataset %s: %s", data_name, report)
