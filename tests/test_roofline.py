@@ -34,6 +34,10 @@ def test_roofline_takes_the_faster_dtype_and_no_gemm_rate_below_8_rows():
     roof.gemm["bfloat16"][16] = 148e9  # a bf16 box: bf16 is the ceiling there
     assert roof.best_gemm(16) == (148e9, "bfloat16")
     assert json.loads(json.dumps(roof.as_dict()))["gemm_gflops"]["float32"]["256"] == 101.0
+    # a whole call: 100 prompt tokens at the 256-row rate, then 64 tokens at batch 1's ceiling
+    prefill_s = 100 * 2 * EMBEDDED.params / 101e9
+    assert roof.call_tok_s(1, 64, 100) == pytest.approx(64 / (prefill_s + 64 / roof.tok_s(1)[0]))
+    assert roof.call_tok_s(16, 900, 0) == pytest.approx(roof.tok_s(16)[0])
 
 
 def test_measurements_are_rates_and_the_shape_is_read_from_the_folder():
@@ -58,6 +62,7 @@ def test_bench_engine_prints_fractions_of_the_roofline(capsys):
     assert out["roofline"]["gemm_gflops"]["float32"].keys() == {"8", "256"}
     for row in (one, eight):
         assert row["hf"]["of_roofline"] == pytest.approx(row["hf"]["tok_s"] / row["roofline_tok_s"], abs=2e-3)
+        assert row["prompt_tokens"] > 10 * row["batch"] and row["hf"]["of_call_roofline"] > row["hf"]["of_roofline"]
         assert f"batch {row['batch']}: ceiling {row['roofline_tok_s']} tok/s" in text
 
 

@@ -117,6 +117,13 @@ class Roofline:
         return ceiling(batch, self.shape.params, self.shape.params * BF16_BYTES, self.bandwidth,
                        None if best is None else best[0])
 
+    def call_tok_s(self, batch: int, generated: int, prompt_tokens: int) -> float:
+        """The ceiling of a whole generate call in generated tokens/s: `tok_s(batch)` counts the decode
+        only, while the call also prefills its prompts, 2 FLOPs per weight per prompt token at the box's
+        best large-batch GEMM rate (the fastest a prefill can go, so this ceiling too is high, never low)."""
+        prefill_s = prompt_tokens * 2 * self.shape.params / self.best_gemm(REFERENCE_ROWS)[0]
+        return generated / (prefill_s + generated / self.tok_s(batch)[0])
+
     def describe(self) -> list[str]:
         lines = [f"roofline: {self.shape.params / 1e6:.1f}M params = {self.shape.params * BF16_BYTES / 1e6:.0f} MB "
                  f"in bf16, read bandwidth {self.bandwidth / 1e9:.1f} GB/s, {torch.get_num_threads()} threads"]

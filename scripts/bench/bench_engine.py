@@ -69,6 +69,16 @@ def messages(i: int) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
 
+def prompt_tokens(model: str, batch: int) -> int:
+    """The batch's prompt tokens as the chat template renders them (the call's prefill work)."""
+    from transformers import AutoTokenizer
+
+    from pettingllms.utils.models import resolve_model_path
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(model))
+    return sum(len(tok.apply_chat_template(messages(i), add_generation_prompt=True, tokenize=True, return_dict=False))
+               for i in range(batch))
+
+
 def best_of(repeats: int, fn):
     runs = [fn() for _ in range(repeats)]
     return max(runs, key=lambda r: r[0] / r[1]), runs
@@ -252,8 +262,12 @@ def main(argv=None) -> dict:
             row["seam_overhead"] = round(1 - row["vllm"]["tok_s"] / row["vllm_raw"]["tok_s"], 3)
         if roof is not None:
             row["roofline_tok_s"], row["roofline_bound"] = round(roof.tok_s(batch)[0], 1), roof.tok_s(batch)[1]
+            row["prompt_tokens"] = prompt_tokens(args.model, batch)
             for name in args.engines:
                 row[name]["of_roofline"] = round(row[name]["tok_s"] / roof.tok_s(batch)[0], 3)
+                # the same run against the whole call's ceiling: its prompts' prefill counted too
+                call = roof.call_tok_s(batch, row[name]["tokens"], row["prompt_tokens"])
+                row[name]["of_call_roofline"] = round(row[name]["tok_s"] / call, 3)
         rows.append(row)
     ratios = [f"{n}/{args.engines[0]}" for n in args.engines[1:]]
     print(" | ".join([f"{'batch':>5}"] + [f"{n + ' tok/s':>14}" for n in args.engines] + [f"{r:>12}" for r in ratios]))
@@ -261,10 +275,13 @@ def main(argv=None) -> dict:
         print(" | ".join([f"{r['batch']:>5}"] + [f"{r[n]['tok_s']:>14}" for n in args.engines]
                          + [f"{r[x]:>12}" for x in ratios]))
     if roof is not None:
-        print("roofline fractions (tok/s / the box's ceiling):")
+        print("roofline fractions (tok/s / the box's decode ceiling; in brackets, of the whole call's ceiling: "
+              "the prompts' prefill counted too):")
         for r in rows:
-            print(f"  batch {r['batch']}: ceiling {r['roofline_tok_s']} tok/s ({r['roofline_bound']}-bound); "
-                  + ", ".join(f"{n} {r[n]['tok_s']} tok/s = {100 * r[n]['of_roofline']:.0f}%" for n in args.engines))
+            print(f"  batch {r['batch']}: ceiling {r['roofline_tok_s']} tok/s ({r['roofline_bound']}-bound), "
+                  f"{r['prompt_tokens']} prompt tokens; "
+                  + ", ".join(f"{n} {r[n]['tok_s']} tok/s = {100 * r[n]['of_roofline']:.0f}% "
+                              f"({100 * r[n]['of_call_roofline']:.0f}%)" for n in args.engines))
     result = {"model": args.model, "dtype": args.dtype, "new_tokens": args.new_tokens, "temperature": args.temperature,
               "vllm_compile": args.compile, "context_words": args.context, "vllm_threads": args.vllm_threads, "clock": args.clock, "threads": torch.get_num_threads(),
               "load_s": {k: round(v, 1) for k, v in load_s.items()}, "loadavg_1m": round(os.getloadavg()[0], 1),
