@@ -14,17 +14,20 @@ weight updates: the trainer refuses it); hf x local training (tests/test_quickst
 start's own step and held-out evaluation, at eval.limit=2; the 32-episode batch on hf is
 evaluate[hf] and train[hf-ray] here); the demo on a started server (tests/test_vllm_server.py).
 
-Cost per case, one PETTINGLLMS_ALL_PATHS=1 run, `pytest --durations=0`, pinned to one core
-(taskset -c 0) of the 2-core AVX2 box (fp32) on 2026-12-08, that core shared with two other jobs
-(a nice-10 vLLM evaluation and another session's tests; 1-min load 10-60):
-  CI runs:  train[hf-ray] 90 s, evaluate[hf] 51 s, evaluate[vllm] 116 s, mas[hf] 33 s,
-            mas[vllm] 80 s (370 s together).
-  PETTINGLLMS_ALL_PATHS=1 only (each alone over what is left of CI's 35 minutes):
-            train[vllm-local] 526 s and train[vllm-ray] 474 s: the held-out evaluation runs with
-            the synced LoRA adapter, and vLLM-CPU's LoRA path made it 340-390 s of that (the same
-            32 episodes without an adapter: evaluate[vllm], 116 s whole); evaluate[openai] 656 s
-            (the server's start included; through the server the 64 requests go 16 at a time,
-            rollout.openai.max_concurrency); mas[openai] 83 s once that server is up.
+Cost per case (`pytest --durations=0`), pinned to one core (taskset -c 0) of the 2-core AVX2 box
+(fp32) on 2026-12-08, that core shared with a nice-10 vLLM evaluation and other sessions' tests:
+  CI runs (the file without PETTINGLLMS_ALL_PATHS, 1-min load 5-10): train[hf-ray] 109 s,
+            evaluate[hf] 52 s, evaluate[vllm] 122 s, mas[hf] 30 s, mas[vllm] 49 s; 377 s for the
+            file (208 s of CPU, user + sys, by /usr/bin/time).
+  PETTINGLLMS_ALL_PATHS=1 only (one run of the whole file, 1-min load 10-60; each case alone
+            takes more than the ~6 minutes of CI's 35 this file has): train[vllm-local] 526 s and train[vllm-ray]
+            474 s, of which the held-out evaluation 388 s and 340 s: vLLM-CPU generating with
+            the synced LoRA adapter (`pettingllms.evaluate --config-name quickstart` on vllm with
+            SHORT and EVAL, same core, load 5-7: 59 s for the base model, 239 s with a step-1
+            checkpoint's adapter); evaluate[openai] 656 s (the server's start included;
+            the server ran the episodes' requests in waves of 15-16, rollout.openai.max_concurrency);
+            mas[openai] 83 s once that server is up. That run's CI cases: train[hf-ray] 90 s,
+            evaluate[hf] 51 s, evaluate[vllm] 116 s, mas[hf] 33 s, mas[vllm] 80 s.
   Where CI covers what those add: vLLM at the 32-episode batch (evaluate[vllm]), a Ray worker
   training on vLLM with LoRA sync (tests/test_backend_ray.py, tiny model), the openai engine
   against a real vLLM server (tests/test_engine_openai.py, tiny model) and the demo answering
