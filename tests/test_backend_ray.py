@@ -84,6 +84,16 @@ def test_sandbox_errors_in_a_ray_worker_reach_the_metrics_and_threads_auto_works
     assert {k: v for k, v in logged[0].items() if k.startswith("sandbox/")} == sandbox
 
 
+def test_private_ray_workers_run_at_the_drivers_priority(ray_session):
+    """Ray renices every worker by +15 unless told otherwise; the rollout workers do all of a run's
+    generation, so the private Ray keeps them at the driver's niceness (utils/private_ray.py)."""
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == os.nice(0)
+
+
 def test_worker_threads_for_each_setting():
     from pettingllms.utils.threads import worker_threads
 
