@@ -42,11 +42,27 @@ def test_plan_has_the_issue_rows_seeds_and_equal_budgets():
     per_column = ct.plan(_settings(eval_limit=None), None)
     limits = {(col, o) for col, row, _ in per_column
               for o in ct.run_overrides(_settings(eval_limit=None), col, row, 0) if o.startswith("eval.limit=")}
-    assert limits == {("math_easy", "eval.limit=48"), ("plan_path_easy", "eval.limit=16"),
-                      ("sokoban_easy", "eval.limit=16"), ("sudoku_easy", "eval.limit=16")}
+    assert limits == {("math_easy", "eval.limit=192"), ("plan_path_easy", "eval.limit=192"),
+                      ("sokoban_easy", "eval.limit=170"), ("sudoku_easy", "eval.limit=192")}
     flat = next(r for c, r, _ in runs if r.name == "mas_flat_grpo")
     assert {"rollout=flat", "algorithm=grpo"} <= set(flat.overrides)
     assert ct.plan(s, {"math_easy/mas"}) == [("math_easy", ct.MATH_ROWS[2], 0), ("math_easy", ct.MATH_ROWS[2], 1)]
+
+
+def test_a_dataset_folder_with_fewer_test_problems_than_the_table_evaluates_stops_it(tmp_path, capsys):
+    import pandas as pd
+
+    (tmp_path / "data" / "math_easy").mkdir(parents=True)  # as data version 1 built it: 48 test problems
+    pd.DataFrame({"id": [str(i) for i in range(48)]}).to_parquet(tmp_path / "data" / "math_easy" / "test.parquet")
+    args = ["--only", "math_easy/mas", "--work", str(tmp_path / "w"), "--out-dir", str(tmp_path / "o"),
+            f"env.data_root={tmp_path / 'data'}"]
+    assert ct.main(args) == 2 and not (tmp_path / "w").exists()  # refused before any run
+    assert "has 48 test problems, the table evaluates 192: move" in capsys.readouterr().err
+    assert ct.main([*args, "--dry-run"]) == 0  # a dry run says so and composes the runs
+    out = capsys.readouterr()
+    assert "# warning: " in out.err and "# == math_easy / mas / seed 1" in out.out
+    assert ct.short_test_splits(_settings(eval_limit=48, extra=[f"env.data_root={tmp_path / 'data'}"]),
+                                {"math_easy"}) == []
 
 
 def test_cold_start_rows_start_from_their_seeds_sft():

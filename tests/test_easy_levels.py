@@ -1,12 +1,15 @@
 """The easy data levels (env.data=<env>_easy): what each promises, and that they build by name."""
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from ci_budget import all_paths_only
+from script_helpers import load_script
 
 from pettingllms.envs import make_env
 from pettingllms.envs.dataset import load_split
@@ -33,7 +36,7 @@ def test_sudoku_easy_is_4x4_with_1_or_2_blanks(data_root):
 
 def test_sokoban_easy_is_one_push_after_at_most_one_step(data_root):
     train, test = _rows(data_root, "sokoban", "train"), _rows(data_root, "sokoban")
-    assert (len(train), len(test)) == (200, 60)
+    assert (len(train), len(test)) == (200, 170)
     assert not {r["level"] for r in train} & {r["level"] for r in test}
     for r in test:
         assert r["n_boxes"] == 1 and 1 <= r["optimal_moves"] <= 2 and r["solution_optimal"]
@@ -49,6 +52,49 @@ def test_sokoban_easy_is_one_push_after_at_most_one_step(data_root):
         env.reset(r, seed=0)
         env.step("plan", "Actions: " + ", ".join(r["solution"]))
         assert env.success
+
+
+def _digest(rows, columns):
+    return hashlib.sha256(json.dumps([[str(r[c]) for c in columns] for r in rows]).encode()).hexdigest()[:16]
+
+
+# each column of scripts/results/cpu_table.py: its data builder and the columns that make a problem
+TABLE_DATA = {"math_easy": ("math", ("question",)), "plan_path_easy": ("plan_path", ("grid", "start", "goal")),
+              "sokoban_easy": ("sokoban", ("level",)), "sudoku_easy": ("sudoku", ("puzzle",))}
+
+
+@pytest.mark.parametrize("column", sorted(TABLE_DATA))
+def test_each_cpu_table_column_has_its_held_out_problems(data_root, column):
+    ct = load_script("scripts/results/cpu_table.py")
+    assert set(TABLE_DATA) == set(ct.COLUMNS)
+    env, key = TABLE_DATA[column]
+    train, test = (load_split(column, split, data_root, builder=f"pettingllms.envs.{env}.data")
+                   for split in ("train", "test"))
+    # 192 held-out problems, except sokoban_easy: all 170 of its easy levels that train does not hold
+    assert ct.EVAL_LIMITS[column] == (170 if column == "sokoban_easy" else 192) <= len(test)
+    problems = lambda rows: [tuple(r[k] for k in key) for r in rows]
+    assert len(set(problems(test))) == len(test) and not set(problems(train)) & set(problems(test))
+
+
+def test_sokoban_easy_grew_its_test_split_after_the_version_1_rows(data_root, tmp_path):
+    from pettingllms.envs.sokoban import data
+
+    assert data.DATA_VERSIONS["sokoban_easy"] == 2
+    data.build(tmp_path / "sokoban_easy", seed=0)
+    train, test = (pd.read_parquet(tmp_path / "sokoban_easy" / f"{s}.parquet").to_dict("records")
+                   for s in ("train", "test"))
+    assert [train, test] == [_rows(data_root, "sokoban", s) for s in ("train", "test")]  # seed 0 both times
+    # version 1 (code of a606f57): the same 200 train rows and, first, its 60 test rows
+    assert _digest(train, ("id", "seed", "level")) == "0875013312609095"
+    assert _digest(test[:60], ("id", "seed", "level")) == "5ba0076c05407314"
+
+
+@all_paths_only("~5 s: 17,000 draws")
+def test_sokoban_easy_test_split_holds_every_level_train_does_not(tmp_path):
+    from pettingllms.envs.sokoban import data
+
+    with pytest.raises(RuntimeError, match="too many duplicate test rows"):  # no 171st test level
+        data.build(tmp_path / "sokoban_easy", seed=0, n_test=171)
 
 
 def test_plan_path_easy_is_tiny_with_the_goal_one_or_two_moves_away(data_root):

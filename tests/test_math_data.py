@@ -1,6 +1,7 @@
 """Math data: deterministic builds, reports, the GSM8K format, and the load_math CLI."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -39,6 +40,29 @@ def test_easy_build_is_deterministic_per_seed(tmp_path):
     for row in test.itertuples():  # the gold answers are right
         a_, op, b_ = row.question.removeprefix("What is ").rstrip("?").split()
         assert int(row.answer) == (int(a_) + int(b_) if op == "+" else int(a_) * int(b_))
+
+
+def _digest(frame: pd.DataFrame, columns: list[str]) -> str:
+    return hashlib.sha256(json.dumps(frame[columns].astype(str).values.tolist()).encode()).hexdigest()[:16]
+
+
+# the rows data version 1 built (code of a606f57): the whole train split, and the 48 test problems
+# that the quick start (its first 32) and every earlier table evaluated
+EASY_V1 = {0: ("c46282b8b82fa5d4", "cfdcc57c24e09ef4"), 1: ("3a926c5e1ea1ac7d", "8cb25b47575a05a5")}
+
+
+@pytest.mark.parametrize("seed", sorted(EASY_V1))
+def test_easy_held_out_grows_to_192_keeping_the_version_1_rows_first(tmp_path, seed):
+    data.build(tmp_path / "math_easy", seed=seed, offline=True)
+    train, test = read(tmp_path / "math_easy")
+    assert (len(train), len(test)) == (205, 192) and data.DATA_VERSIONS["math_easy"] == 2
+    columns = ["id", "question", "answer", "source", "level"]
+    assert (_digest(train, columns), _digest(test[:48], columns)) == EASY_V1[seed]
+    later = test[48:]  # 144 more two-digit additions, none a question of train nor a swap of one
+    assert set(later["level"]) == {"add2"} and later["question"].is_unique and test["id"].is_unique
+    operands = lambda q: frozenset(q.removeprefix("What is ").rstrip("?").split(" + "))
+    assert not {operands(q) for q in later["question"]} & {operands(q) for q in train["question"]}
+    assert not set(train["question"]) & set(test["question"])
 
 
 def test_offline_generators_are_deterministic_and_reported(tmp_path, monkeypatch):

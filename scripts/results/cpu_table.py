@@ -29,15 +29,20 @@ Held-out accuracy (avg@k, pass@k) is the trainer's validation on the test split 
 weights it starts from, same seed); eval rows run pettingllms.evaluate on the same problems.
 
 Sizing (defaults): 2 seeds; 8 steps x 4 problems, K=4, 96 new tokens per turn; held-out with k=2,
-16 problems per rollout call, on the first 48 test problems of math_easy (all of them) and the
-first 16 of each grid env (EVAL_LIMITS: their prompts are about twice as long; each column's table
-names its N). That is 12 evaluations, 20 trainings and 2 cold starts. As recorded (wall_s in
-docs/results/cpu_table.json, code of a63320a/fbd0686, 2-core box): math trainings 250-335 s for
-AT-GRPO rows, 82-1005 s for the GRPO baselines, grid trainings 344-408 s, evaluations 26-97 s;
-the 26 runs of the first three columns summed to 117.8 min; the sudoku column's cold starts took
-467-535 s each and its two seeds 28.3 min in all (code of d2c3176), so the default table is about
-2 h 26 min. Split the table into processes with disjoint --only sets only when there are cores to
-spare (each run is one process).
+16 problems per rollout call, on the first 192 test problems of each column (EVAL_LIMITS; all 170
+of sokoban_easy; each column's table names its N). math_easy's 192 are its 48 problems of data
+version 1 (single-digit + and x, two-digit +) then 144 more two-digit additions, so its numbers
+are not comparable with tables on the first 48 alone. That is 12 evaluations, 20 trainings and 2
+cold starts. As recorded at the old sizes (48 math problems, 16 grid; wall_s in
+docs/results/cpu_table.json, code of a63320a/fbd0686/d2c3176/e35e32c, 2-core box): math trainings
+250-335 s for AT-GRPO rows, 82-1005 s for the GRPO baselines, grid trainings 344-408 s,
+evaluations 26-144 s, sudoku cold starts 467-535 s each; 2 h 26 min for the default table. An
+estimate, not a measurement, at the new sizes: each evaluation's recorded time scaled by N_new /
+N_old, each training's plus (N_new / N_old - 1) times its base evaluation's (its one final
+validation), cold starts as recorded: math_easy 2 h 44 min, plan_path_easy 1 h 08 min,
+sokoban_easy 1 h 15 min, sudoku_easy 1 h 56 min, about 7 h 03 min in all (code faster than
+those runs' shortens it). Split the table into processes with disjoint --only sets only when
+there are cores to spare (each run is one process).
 A run is finished when WORK/results/<column>/<row>/seed<S>.json exists: a re-run skips it (an
 interrupted training resumes from its last checkpoint). After each run the table is rebuilt:
 OUT_DIR/cpu_table.md (mean +- sd over seeds, and which claimed orderings are outside the noise),
@@ -106,9 +111,11 @@ COLUMNS: dict[str, tuple[tuple[str, ...], tuple[Row, ...]]] = {
     "sokoban_easy": (("env=sokoban", "env.data=sokoban_easy"), GRID_ROWS),
     "sudoku_easy": (("env=sudoku", "env.data=sudoku_easy"), COLD_START_ROWS),
 }
-# held-out problems per column (--eval-limit overrides all): the grid prompts are about twice as
-# long, and one 48-problem evaluation there took 17 min on one core
-EVAL_LIMITS = {MATH: 48, "plan_path_easy": 16, "sokoban_easy": 16, "sudoku_easy": 16}
+# held-out problems per column, the first N of its test split (--eval-limit overrides all): 192, so
+# that the table's binomial floor of the noise bar (2 x _se, 2 seeds) is at most +-5.1 points (at
+# 50%); sokoban_easy has only 170 test levels (all its easy levels not in train): +-5.4
+HELD_OUT = 192
+EVAL_LIMITS = {MATH: HELD_OUT, "plan_path_easy": HELD_OUT, "sokoban_easy": 170, "sudoku_easy": HELD_OUT}
 COLD_START_PROBLEMS = 256  # solved train puzzles per cold start (one SFT row each, one epoch)
 # (better, worse, claim): the paper's orderings, checked per column where both rows exist
 CLAIMS = (
@@ -206,6 +213,21 @@ def ensure_cold_start(s: Settings, column: str, seed: int) -> dict | None:
 
 def eval_limit(s: Settings, column: str) -> int:
     return s.eval_limit or EVAL_LIMITS[column]
+
+
+def short_test_splits(s: Settings, columns: set[str]) -> list[str]:
+    """A line per column whose dataset folder exists with fewer test problems than the table
+    evaluates (built by an older data version: it is kept, not rebuilt), where its runs would
+    evaluate fewer problems than the table names."""
+    import pyarrow.parquet as pq
+    root = ROOT / next((e.split("=", 1)[1] for e in s.extra if e.startswith("env.data_root=")), "datasets")
+    short = []
+    for column in sorted(columns):
+        path = root / column / "test.parquet"
+        if path.exists() and (n := pq.ParquetFile(path).metadata.num_rows) < eval_limit(s, column):
+            short.append(f"{path} has {n} test problems, the table evaluates {eval_limit(s, column)}: "
+                         f"move {path.parent} away to have it rebuilt")
+    return short
 
 
 def result_path(s: Settings, column: str, row: Row, seed: int) -> Path:
@@ -412,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=4, help="candidates per (problem, turn, agent) / episodes")
     ap.add_argument("--tokens", type=int, default=96, help="new tokens per turn")
     ap.add_argument("--eval-limit", type=int, default=None,
-                    help="held-out problems, the first N of test (default: 48 on math_easy, 16 on the grid envs)")
+                    help="held-out problems, the first N of test (default: EVAL_LIMITS, 192 per column)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the table from the finished runs, run nothing")
     ap.add_argument("--eval-k", type=int, default=2)
     ap.add_argument("--cold-start-problems", type=int, default=COLD_START_PROBLEMS,
@@ -435,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
                  argv=[a for a in (sys.argv[1:] if argv is None else argv) if a != "--rebuild"])
     only = {x.strip() for x in args.only.split(",") if x.strip()} or None
     runs = [] if args.rebuild else plan(s, only)
+    short = short_test_splits(s, {column for column, _, _ in runs})
+    for line in short:
+        print(f"{'# warning' if args.dry_run else 'cpu_table'}: {line}", file=sys.stderr)
+    if short and not args.dry_run:
+        return 2
     if args.dry_run:
         from pettingllms.cli.config_loading import load_config, to_yaml
         shown: set[tuple[str, int]] = set()

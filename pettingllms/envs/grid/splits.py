@@ -42,12 +42,15 @@ def preset_of(out_dir: Any, preset: str | None, presets: dict[str, Any]) -> str:
 
 
 def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any]], *, n_train: int,
-                 n_test: int, seed: int = 0, key: tuple[str, ...] = ("puzzle",)) -> dict[str, Any]:
+                 n_test: int, seed: int = 0, key: tuple[str, ...] = ("puzzle",),
+                 patience: int = 20) -> dict[str, Any]:
     """Write train.parquet / test.parquet of procedurally generated rows and report them.
 
     `make_row(generation_seed)` returns one row (JSON-string columns for structured data).
     Seeds come from disjoint ranges (`split_seed`); a row whose `key` columns repeat an
-    earlier row (of either split) is skipped, so no test puzzle also appears in train.
+    earlier row (of either split) is skipped, so no test puzzle also appears in train. A split
+    gives up after `patience` skipped duplicates per row asked for (a level with few distinct
+    puzzles, asked for most of them, needs more).
     """
     import pandas as pd
 
@@ -64,7 +67,7 @@ def build_splits(out_dir: Any, env: str, make_row: Callable[[int], dict[str, Any
                 fingerprint = json.dumps([row[k] for k in key])
                 if fingerprint in seen:
                     skipped += 1
-                    if skipped > 20 * max(n, 1):
+                    if skipped > patience * max(n, 1):
                         raise RuntimeError(f"{env}: too many duplicate {split} rows; widen the generator")
                     continue
                 seen.add(fingerprint)

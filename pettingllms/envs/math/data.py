@@ -19,7 +19,10 @@ Presets (`build(..., preset=NAME)`; NAME is also the dataset folder name):
   math_easy  the CPU quick start's curriculum: seeded single-digit addition and
              multiplication and two-digit addition; train and test use disjoint
              operand pairs. Easy enough that the embedded model gets some but not all of
-             them right, so groups of 4 samples are mostly mixed.
+             them right, so groups of 4 samples are mostly mixed. 205 train / 192 test: the
+             first 48 test problems are those of data version 1 (the quick start's), then 144
+             more two-digit additions (the single-digit pairs are all used), so that a
+             held-out number has a noise bar of a few points.
 `sources=[...]` overrides the preset's list. Every source that was asked for but
 could not be used is listed under `skipped` in the report, with the reason.
 """
@@ -55,6 +58,7 @@ PRESETS = {
 # reasoning-gym tasks whose answers math-verify reads (checked: deterministic per seed,
 # also across processes, and generated offline).
 DATA_NAMES = tuple(PRESETS)  # what training builds on first use (pettingllms.envs.dataset)
+DATA_VERSIONS = {"math_easy": 2}  # raise when a preset's rows change: older folders are then reported
 RG_TASKS = ("basic_arithmetic", "gsm_symbolic", "chain_sum", "simple_equations", "gcd", "lcm",
             "leg_counting", "fraction_simplification")
 SOURCES = ("easy", "reasoning_gym", "champ", "gsm8k", "aime24", "aime25", "olympiadbench",
@@ -233,17 +237,23 @@ def champ_rows() -> tuple[Rows, Rows, int]:
     return [], rows, dropped
 
 
-def easy_rows(seed: int, add2_train: int = 60, add2_test: int = 12) -> tuple[Rows, Rows]:
-    """Single-digit + and x (all operand pairs, split 80/20 by seed) and two-digit +."""
+def easy_rows(seed: int, add2_train: int = 60, add2_test: int = 12, add2_later: int = 144) -> tuple[Rows, Rows]:
+    """Single-digit + and x (all operand pairs, split 80/20 by seed) and two-digit +.
+
+    The last `add2_later` test rows are two-digit additions added in data version 2 (marked
+    `later`: build() keeps them after the shuffled rows of version 1, which stay first and in
+    their order); drawn with their own generator from the pairs in neither split, nor a swap
+    of one (a + b with b + a in train), so the rows of version 1 are unchanged."""
     rng = random.Random(f"math_easy/{seed}")
     train: Rows = []
     test: Rows = []
 
-    def add(level: str, a: int, b: int, op: str, split: str) -> None:
+    def add(level: str, a: int, b: int, op: str, split: str) -> dict:
         out = train if split == "train" else test
         value = a + b if op == "+" else a * b
         # source per level, so eval reports avg@k for each (add1 / mul1 / add2)
         out.append(_row(f"easy_{level}", split, len(out), f"What is {a} {op} {b}?", str(value), level))
+        return out[-1]
 
     for level, op, lo in (("add1", "+", 0), ("mul1", "*", 1)):
         pairs = [(a, b) for a in range(lo, 10) for b in range(lo, 10)]
@@ -251,9 +261,14 @@ def easy_rows(seed: int, add2_train: int = 60, add2_test: int = 12) -> tuple[Row
         cut = len(pairs) // 5
         for i, (a, b) in enumerate(pairs):
             add(level, a, b, op, "test" if i < cut else "train")
-    pairs2 = rng.sample([(a, b) for a in range(10, 100) for b in range(10, 100)], add2_train + add2_test)
+    all2 = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    pairs2 = rng.sample(all2, add2_train + add2_test)
     for i, (a, b) in enumerate(pairs2):
         add("add2", a, b, "+", "test" if i < add2_test else "train")
+    used = {frozenset(p) for p in pairs2}
+    rest = [p for p in all2 if frozenset(p) not in used]
+    for a, b in random.Random(f"math_easy/{seed}/later").sample(rest, add2_later):
+        add("add2", a, b, "+", "test")["later"] = True
     return train, test
 
 
@@ -355,7 +370,12 @@ def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
     if not train or not test:
         raise RuntimeError(f"math data: empty {'train' if not train else 'test'} split; report: {report}")
     random.Random(f"math-shuffle/{seed}").shuffle(train)
+    # test rows a data version added later (a row's `later` mark) come after the shuffled
+    # others, so the first test problems stay those that earlier numbers were measured on
+    later = [r for r in test if r.get("later")]
+    test = [r for r in test if not r.get("later")]
     random.Random(f"math-shuffle-test/{seed}").shuffle(test)
+    test += later
     ids = [r["id"] for r in train + test]
     if len(ids) != len(set(ids)):
         raise RuntimeError("math data: duplicate ids")

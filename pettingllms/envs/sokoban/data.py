@@ -30,7 +30,12 @@ EASY_TIERS = {"3x3": (5, 5, 1, 0.15), "3x4": (5, 6, 1, 0.2), "4x3": (6, 5, 1, 0.
               "4x5": (6, 7, 1, 0.2)}
 PRESETS = {"default": TIERS, "easy": EASY_TIERS}
 DATA_NAMES = ("sokoban", "sokoban_easy")  # what training builds on first use (pettingllms.envs.dataset)
+DATA_VERSIONS = {"sokoban_easy": 2}  # raise when a preset's rows change: older folders are then reported
 EASY_MAX_MOVES = 2
+# The easy tiers hold 370 distinct levels in all (3x3: 28, 3x4 and 4x3: 54 each, 4x4: 96, 4x5: 138):
+# 200 train, and test is all the other 170 (data version 1 had the first 60 of them). Drawing the
+# last few rare ones takes ~5,000 draws, hence the patience.
+EASY_SIZES, EASY_PATIENCE = (200, 170), 100
 
 
 def _easy_level(rng: random.Random, height: int, width: int) -> tuple[Level, str, bool]:
@@ -69,12 +74,13 @@ def make_row(gen_seed: int, tiers: dict[str, tuple] = TIERS) -> dict[str, Any]:
 def build(out_dir: str | Path, *, seed: int = 0, offline: bool | None = None,
           n_train: int | None = None, n_test: int | None = None, preset: str | None = None) -> dict[str, Any]:
     """Write train/test parquet; procedural, so `offline` changes nothing. The easy preset
-    has a few hundred distinct levels, so it defaults to 200 train / 60 test rows."""
+    has 370 distinct levels, so it defaults to 200 train / 170 test rows (EASY_SIZES)."""
     name = preset_of(out_dir, preset, PRESETS)
     tiers = PRESETS[name]
-    sizes = (1000, 200) if name == "default" else (200, 60)
+    sizes = (1000, 200) if name == "default" else EASY_SIZES
     report = build_splits(out_dir, "sokoban", lambda s: make_row(s, tiers),
                           n_train=sizes[0] if n_train is None else n_train,
-                          n_test=sizes[1] if n_test is None else n_test, seed=seed, key=("level",))
+                          n_test=sizes[1] if n_test is None else n_test, seed=seed, key=("level",),
+                          patience=20 if name == "default" else EASY_PATIENCE)
     report.update(preset=name, tiers={k: v[:3] for k, v in tiers.items()})
     return report
