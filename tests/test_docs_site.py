@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-TEST_COMMAND = "PETTINGLLMS_EXTRAS=all bash setup.bash && .venv/bin/python -m pytest -q"
+TEST_COMMAND = "PETTINGLLMS_EXTRAS=all bash setup.bash && .venv/bin/python -m pytest -q -n 2 --dist loadgroup"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 # A code span naming a repository file, e.g. `scripts/train/quickstart.sh` or `configs/quickstart.yaml`.
 REPO_PATH = re.compile(r"`((?:scripts|configs|pettingllms|tests|docs)/[^`\s]*)`")
