@@ -83,6 +83,11 @@ def buildable_names(module: Any) -> tuple[str, ...]:
     return tuple(names) if names else (module.__name__.rsplit(".", 2)[-2],)
 
 
+def _splits_present(folder: Path) -> list[str]:
+    """The splits whose parquet file the folder holds."""
+    return [s for s in SPLITS if (folder / f"{s}.parquet").exists()]
+
+
 def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, seed: int = 0,
                    builder: str | None = None) -> Path:
     """The dataset folder, built on first use into a fresh folder and moved into place.
@@ -92,7 +97,7 @@ def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, se
     user made is replaced: a folder missing a split is an error naming it, an unknown name
     is an error listing what can be built, and a data root other than the default must exist."""
     out = dataset_dir(data_name, data_root)
-    have = [s for s in SPLITS if (out / f"{s}.parquet").exists()]
+    have = _splits_present(out)
     if len(have) == len(SPLITS):
         _warn_if_stale(out, data_name, builder)
         return out
@@ -123,7 +128,7 @@ def ensure_dataset(data_name: str, data_root: str | Path = DEFAULT_DATA_ROOT, se
         except OSError:
             # another process built the same folder meanwhile (two runs, or two test workers, at once):
             # keep theirs, complete; anything else is still an error
-            if not all((out / f"{s}.parquet").exists() for s in SPLITS):
+            if len(_splits_present(out)) != len(SPLITS):
                 raise
             log.info("dataset %s was built by another process meanwhile; using it", data_name)
             return out
